@@ -1,0 +1,26 @@
+# LongCA: kernel × mask × seqlen (× cp_size) grid → cached cells → Parquet → figures → HTML report.
+# Run from the repository root: `snakemake all` (the default profile in profiles/default sets cores etc.).
+import os
+import sys
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+# The package lives next to this file; an editable install finds it too, this makes a bare checkout work.
+sys.path.insert(0, workflow.basedir)
+
+configfile: os.path.join(workflow.basedir, "config", "config.yaml")
+
+
+include: "rules/common.smk"
+include: "rules/kernels.smk"
+include: "rules/aggregate.smk"
+include: "rules/plots.smk"
+include: "rules/report.smk"
+
+
+rule all:
+    input:
+        "results/kernels.parquet",
+        "results/report.html",

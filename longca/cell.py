@@ -1,0 +1,179 @@
+"""One cell = one measurement = one result row.
+
+A cell builds its problem, asks the kernel whether it supports it, checks the kernel against the
+exact reference on a reduced problem of the same mask family (never timing a wrong kernel), then
+times it.  Every failure becomes the row's ``status`` with a ``reason``; nothing here raises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import math
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import env, kernels, reference, timing
+from .flops import attention_flops
+from .kernels.base import Kernel
+from .problem import Problem, parse_dtype
+
+STATUSES = ("ok", "unsupported", "oom", "wrong", "error", "timeout")
+
+# Correctness tolerances on ‖out − ref‖ / ‖ref‖, per dtype of the kernel's inputs.  The reference is
+# float64.  fp32 allows for TF32-class matrix units (~3e-4); bf16 has 8 mantissa bits, so one
+# rounding of each operand already costs ~4e-3; backward gradients accumulate over the whole
+# sequence, hence the looser bound.
+GATE_TOLERANCE = {
+    "fwd": {torch.float64: 1e-9, torch.float32: 1e-3, torch.float16: 5e-3, torch.bfloat16: 2e-2},
+    "bwd": {torch.float64: 1e-9, torch.float32: 2e-3, torch.float16: 1e-2, torch.bfloat16: 4e-2},
+}
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """Everything that determines a kernel cell's number (besides the code)."""
+
+    kernel: str
+    mask: str
+    seqlen: int
+    direction: str = "fwd"
+    dtype: str = "float32"
+    batch: int = 1
+    heads_q: int = 8
+    heads_kv: int = 8
+    head_dim: int = 64
+    mask_params: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    warmup: int = 2
+    reps: int = 5
+    gate_seqlen: int = 512
+    device: str = "cpu"
+    pattern: str | None = None  # the builder in longca.masks.PATTERNS; default: ``mask``
+
+    def problem(self) -> Problem:
+        return Problem(self.pattern or self.mask, self.seqlen, self.batch, self.heads_q, self.heads_kv, self.head_dim,
+                       parse_dtype(self.dtype), torch.device(self.device), self.direction, self.seed,
+                       dict(self.mask_params))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CellSpec":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown cell setting(s): {', '.join(unknown)}")
+        return cls(**data)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """A real allocation failure, on the GPU or on the host."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return isinstance(exc, (RuntimeError, MemoryError)) and (
+        isinstance(exc, MemoryError) or "can't allocate memory" in str(exc) or "out of memory" in str(exc))
+
+
+def _relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out64, ref64 = out.detach().to(torch.float64), ref.detach().to(torch.float64)
+    if not torch.isfinite(out64).all():
+        return math.inf  # NaN never passes
+    return (torch.linalg.vector_norm(out64 - ref64) / torch.linalg.vector_norm(ref64).clamp_min(1e-300)).item()
+
+
+def correctness_gate(kernel: Kernel, problem: Problem) -> tuple[bool, float, float, str]:
+    """Compare output (and dq/dk/dv for backward) with the float64 reference.
+
+    Returns ``(ok, worst_error, tolerance, detail)``.
+    """
+    backward = problem.direction == "bwd"
+    q, k, v, grad_out = problem.make_inputs(requires_grad=backward, seed=problem.seed + 1)
+    prepared = kernel.prepare(problem)
+    out = kernel.forward(q, k, v, prepared)
+    q64, k64, v64 = (t.detach().to(torch.float64).requires_grad_(backward) for t in (q, k, v))
+    ref = reference.attention(q64, k64, v64, problem.mask)
+    errors = {"out": _relative_error(out, ref)}
+    if backward:
+        grads = torch.autograd.grad(out, (q, k, v), grad_out)
+        ref_grads = torch.autograd.grad(ref, (q64, k64, v64), grad_out.to(torch.float64))
+        for name, g, rg in zip(("dq", "dk", "dv"), grads, ref_grads):
+            errors[name] = _relative_error(g, rg)
+    tol = GATE_TOLERANCE[problem.direction][problem.dtype]
+    worst_name = max(errors, key=errors.get)
+    worst = errors[worst_name]
+    detail = ", ".join(f"{n} {e:.2e}" for n, e in errors.items())
+    return worst <= tol, worst, tol, f"relative L2 error vs float64 reference: {detail} (tolerance {tol:.0e})"
+
+
+def time_kernel(kernel: Kernel, problem: Problem, warmup: int, reps: int):
+    """Time forward or backward of the full problem; mask metadata is prepared untimed."""
+    backward = problem.direction == "bwd"
+    q, k, v, grad_out = problem.make_inputs(requires_grad=True)
+    prepared = kernel.prepare(problem)
+    if backward:
+        out = kernel.forward(q, k, v, prepared)  # the forward is not part of a backward timing
+
+        def run():
+            return torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)
+    else:
+        # Inputs require grad, as in training: kernels that save softmax statistics do so here too.
+        def run():
+            return kernel.forward(q, k, v, prepared)
+
+    return timing.measure(run, device=problem.device, warmup=warmup, reps=reps), prepared
+
+
+def _release(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def run_cell(spec: CellSpec) -> dict[str, Any]:
+    """Measure one cell; always returns a row (``status`` says what happened)."""
+    started = time.time()
+    row: dict[str, Any] = {"kind": "kernel", **dataclasses.asdict(spec), "status": "error", "reason": None}
+    row["mask_params"] = json.dumps(spec.mask_params, sort_keys=True)
+    device = torch.device(spec.device)
+    failure: tuple[str, str] | None = None
+    try:
+        kernel = kernels.get(spec.kernel)
+        problem = spec.problem()
+        mask = problem.mask
+        row.update(area=mask.area(), density=mask.density(),
+                   flops=attention_flops(mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch),
+                   mask_params_resolved=json.dumps(dict(mask.params), sort_keys=True, default=str))
+        reason = kernel.supports(problem)
+        if reason:
+            failure = ("unsupported", reason)
+        else:
+            ok, err, tol, detail = correctness_gate(kernel, problem.reduced(spec.gate_seqlen))
+            row.update(gate_error=err, gate_tolerance=tol, gate_detail=detail)
+            if not ok:
+                failure = ("wrong", detail)
+            else:
+                result, prepared = time_kernel(kernel, problem, spec.warmup, spec.reps)
+                row.update(dataclasses.asdict(result))
+                row["notes"] = json.dumps(kernel.notes(prepared), sort_keys=True)
+                row["tflops"] = row["flops"] / (result.median_ms * 1e-3) / 1e12
+                # Higher time quantile = lower throughput quantile.
+                row["tflops_p20"] = row["flops"] / (result.p80_ms * 1e-3) / 1e12
+                row["tflops_p80"] = row["flops"] / (result.p20_ms * 1e-3) / 1e12
+                row["status"] = "ok"
+    except Exception as exc:  # noqa: BLE001 — every failure becomes a result row
+        if is_oom(exc):
+            failure = ("oom", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        else:
+            failure = ("error", "".join(traceback.format_exception_only(type(exc), exc)).strip())
+    # Outside the except block, so the traceback's frames (and their tensors) are gone before release.
+    _release(device)
+    if failure:
+        row["status"], row["reason"] = failure
+    row.update(env.collect(device))
+    row["libraries"] = json.dumps(row["libraries"], sort_keys=True)
+    row["wall_s"] = time.time() - started
+    return row

@@ -1,0 +1,108 @@
+"""``longca``: thin command line over the library (the Snakemake rules call these)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _run_cell(args: argparse.Namespace) -> int:
+    import torch
+
+    from .cell import CellSpec, run_cell
+    from .fingerprint import kernel_fingerprint
+    from .results import write_json_atomic
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.settings:
+        spec = CellSpec.from_dict(json.loads(args.settings))
+    else:
+        missing = [f"--{k}" for k in ("kernel", "mask", "seqlen") if getattr(args, k) is None]
+        if missing:
+            raise SystemExit(f"longca run-cell: {', '.join(missing)} required (or --settings)")
+        spec = CellSpec(kernel=args.kernel, mask=args.mask, seqlen=args.seqlen, direction=args.direction,
+                        dtype=args.dtype, batch=args.batch, heads_q=args.heads_q, heads_kv=args.heads_kv,
+                        head_dim=args.head_dim, mask_params=json.loads(args.mask_params), seed=args.seed,
+                        warmup=args.warmup, reps=args.reps, gate_seqlen=args.gate_seqlen, device=args.device)
+    row = run_cell(spec)
+    row["cell_id"] = args.cell_id or f"{spec.kernel}/{spec.mask}/{spec.seqlen}/{spec.direction}/{spec.dtype}"
+    try:
+        row["fingerprint"] = kernel_fingerprint(spec.kernel)
+    except KeyError:
+        row["fingerprint"] = None
+    if args.out:
+        write_json_atomic(row, args.out)
+    else:
+        json.dump(row, sys.stdout, indent=1, sort_keys=True, default=str)
+        print()
+    summary = f"{row['cell_id']}: {row['status']}"
+    summary += f" {row['tflops']:.3f} TFLOPs/s" if row["status"] == "ok" else f" ({row['reason']})"
+    print(summary, file=sys.stderr)
+    return 0  # a failed cell is a result, not a failed command
+
+
+def _kernels(args: argparse.Namespace) -> int:
+    from . import kernels
+
+    for name in kernels.names():
+        kernel = kernels.get(name)
+        missing = kernel.available()
+        state = "available" if not missing else f"unavailable: {missing}"
+        print(f"{name:16s} {'/'.join(kernel.devices):9s} {state:12s}  {kernel.description}")
+    return 0
+
+
+def _aggregate(args: argparse.Namespace) -> int:
+    from .results import aggregate
+
+    table = aggregate(args.cells, args.out)
+    print(f"{args.out}: {table.num_rows} rows", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="longca", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    cell = sub.add_parser("run-cell", help="measure one kernel cell and write one JSON row")
+    cell.add_argument("--settings", default=None,
+                      help="JSON object of every cell setting (what the workflow passes); overrides the flags")
+    cell.add_argument("--kernel")
+    cell.add_argument("--mask")
+    cell.add_argument("--seqlen", type=int)
+    cell.add_argument("--direction", default="fwd", choices=["fwd", "bwd"])
+    cell.add_argument("--dtype", default="float32")
+    cell.add_argument("--batch", type=int, default=1)
+    cell.add_argument("--heads-q", type=int, default=8)
+    cell.add_argument("--heads-kv", type=int, default=8)
+    cell.add_argument("--head-dim", type=int, default=64)
+    cell.add_argument("--mask-params", default="{}", help="JSON object of mask parameters")
+    cell.add_argument("--seed", type=int, default=0)
+    cell.add_argument("--warmup", type=int, default=2)
+    cell.add_argument("--reps", type=int, default=5)
+    cell.add_argument("--gate-seqlen", type=int, default=512)
+    cell.add_argument("--device", default="cpu")
+    cell.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    cell.add_argument("--cell-id", default=None)
+    cell.add_argument("--out", default=None, help="JSON file to write (default: stdout)")
+    cell.set_defaults(func=_run_cell)
+
+    ks = sub.add_parser("kernels", help="list kernels and whether they run on this machine")
+    ks.set_defaults(func=_kernels)
+
+    agg = sub.add_parser("aggregate", help="cell JSON rows -> Parquet table")
+    agg.add_argument("--out", required=True)
+    agg.add_argument("cells", nargs="*")
+    agg.set_defaults(func=_aggregate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

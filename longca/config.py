@@ -1,0 +1,133 @@
+"""Configuration: JSON-schema validation, defaults, and the grid of cells it expands to.
+
+Validation happens when the Snakefile loads, before any job starts: a bad config stops Snakemake
+with a message naming the key and the reason.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import jsonschema
+import yaml
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """A bad configuration; the message names the offending key."""
+
+
+def _key_path(path) -> str:
+    out = "config"
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _apply_defaults(config: dict, schema: dict) -> None:
+    for key, sub in schema.get("properties", {}).items():
+        if key not in config and "default" in sub:
+            config[key] = copy.deepcopy(sub["default"])
+        if isinstance(config.get(key), dict) and sub.get("type") == "object":
+            _apply_defaults(config[key], sub)
+
+
+def load_schema(path: Path = SCHEMA_PATH) -> dict:
+    with open(path) as f:
+        return yaml.safe_load(f)
+
+
+@dataclass(frozen=True)
+class MaskEntry:
+    name: str      # the label cells and figures use
+    pattern: str   # the builder in longca.masks.PATTERNS
+    params: dict
+
+
+def mask_entries(config: dict) -> list[MaskEntry]:
+    entries = []
+    for item in config["masks"]:
+        if isinstance(item, str):
+            entries.append(MaskEntry(item, item, {}))
+        else:
+            entries.append(MaskEntry(item["name"], item.get("pattern", item["name"]), dict(item.get("params", {}))))
+    return entries
+
+
+def validate(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
+    """Return the config with defaults filled in, or raise ConfigError naming the bad key."""
+    config = copy.deepcopy(config)
+    schema = load_schema(schema_path)
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = [f"{_key_path(e.absolute_path)}: {e.message}" for e in errors]
+        raise ConfigError("invalid LongCA configuration:\n  " + "\n  ".join(lines))
+    _apply_defaults(config, schema)
+    _check_semantics(config)
+    return config
+
+
+def _check_semantics(config: dict) -> None:
+    """What a schema cannot say: names that must exist in registries, and shape constraints."""
+    from . import kernels, masks
+
+    problems = []
+    known = kernels.names()
+    for i, name in enumerate(config["kernels"]):
+        if name not in known:
+            problems.append(f"config.kernels[{i}]: unknown kernel {name!r}; known: {', '.join(known)}")
+    labels = set()
+    for i, entry in enumerate(mask_entries(config)):
+        if entry.pattern not in masks.PATTERNS:
+            problems.append(f"config.masks[{i}]: unknown mask pattern {entry.pattern!r}; "
+                            f"known: {', '.join(sorted(masks.PATTERNS))}")
+        else:
+            try:  # parameters are checked by building the mask once at a small length
+                masks.build(entry.pattern, min(config["seqlens"]), seed=config["seed"], **entry.params)
+            except ValueError as exc:
+                problems.append(f"config.masks[{i}] ({entry.name}): {exc}")
+        if entry.name in labels:
+            problems.append(f"config.masks[{i}]: mask name {entry.name!r} appears twice")
+        labels.add(entry.name)
+    if config["heads_q"] % config["heads_kv"]:
+        problems.append(f"config.heads_q: {config['heads_q']} is not a multiple of "
+                        f"config.heads_kv = {config['heads_kv']}")
+    if problems:
+        raise ConfigError("invalid LongCA configuration:\n  " + "\n  ".join(problems))
+
+
+@dataclass(frozen=True)
+class KernelCell:
+    kernel: str
+    mask: str
+    seqlen: int
+    direction: str
+    dtype: str
+
+    @property
+    def path(self) -> str:
+        return f"results/cells/kernels/{self.kernel}/{self.mask}/{self.dtype}_{self.direction}_{self.seqlen}.json"
+
+
+def kernel_cells(config: dict) -> Iterator[KernelCell]:
+    for kernel, entry, seqlen, direction, dtype in itertools.product(
+            config["kernels"], mask_entries(config), config["seqlens"], config["directions"], config["dtypes"]):
+        yield KernelCell(kernel, entry.name, seqlen, direction, dtype)
+
+
+def cell_settings(config: dict, kernel: str, mask: str, seqlen: int, direction: str, dtype: str) -> dict:
+    """Exactly the resolved settings that determine one kernel cell's number (its cache key)."""
+    entry = {e.name: e for e in mask_entries(config)}[mask]
+    return {
+        "kernel": kernel, "mask": mask, "pattern": entry.pattern, "mask_params": entry.params,
+        "seqlen": int(seqlen), "direction": direction, "dtype": dtype,
+        "batch": config["batch"], "heads_q": config["heads_q"], "heads_kv": config["heads_kv"],
+        "head_dim": config["head_dim"], "seed": config["seed"], "gate_seqlen": config["gate_seqlen"],
+        "warmup": config["timing"]["warmup"], "reps": config["timing"]["reps"], "device": config["device"],
+    }

@@ -1,0 +1,40 @@
+"""Code fingerprints: part of every cell's cache key.
+
+A kernel cell's number is determined by its resolved settings and by the code that computes it:
+its kernel adapter's module plus the shared measurement code.  Hashing exactly those files means
+changing one adapter reruns that adapter's cells only, while a change to the timing or the gate
+reruns every cell.  Report-side code (results, plots, report) is deliberately not included.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent
+
+# Shared measurement code, relative to the package.
+MEASUREMENT_CODE = ("masks.py", "varlen.py", "mask_convert.py", "problem.py", "reference.py",
+                    "flops.py", "timing.py", "cell.py", "env.py", "kernels/__init__.py",
+                    "kernels/base.py")
+
+
+@functools.lru_cache(maxsize=None)
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def files_fingerprint(paths) -> str:
+    h = hashlib.sha256()
+    for path in sorted({Path(p).resolve() for p in paths}):
+        if path.exists():  # an optional module not written yet hashes as absent
+            h.update(str(path.relative_to(PACKAGE)).encode())
+            h.update(_file_digest(path).encode())
+    return h.hexdigest()[:16]
+
+
+def kernel_fingerprint(kernel: str) -> str:
+    from . import kernels
+
+    return files_fingerprint([PACKAGE / p for p in MEASUREMENT_CODE] + [kernels.source_file(kernel)])

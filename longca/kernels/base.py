@@ -1,0 +1,54 @@
+"""The adapter every attention kernel implements.
+
+An adapter says whether it can run a problem (and why not), prepares whatever mask metadata it
+needs outside the timed region, and runs the forward pass on ``(batch, seqlen, heads, head_dim)``
+tensors; backward goes through autograd.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..problem import Problem
+
+
+class Kernel:
+    name: str = ""
+    description: str = ""
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+    supports_backward: bool = True
+
+    def available(self) -> str | None:
+        """None when the kernel can run on this machine; otherwise the reason it cannot."""
+        return None
+
+    def supports(self, problem: Problem) -> str | None:
+        """None when this kernel runs ``problem``; otherwise the reason it does not."""
+        missing = self.available()
+        if missing:
+            return missing
+        if problem.device.type not in self.devices:
+            return f"{self.name} runs on {'/'.join(self.devices)}, not {problem.device.type}"
+        if problem.dtype not in self.dtypes:
+            return f"{self.name} does not take {str(problem.dtype).removeprefix('torch.')}"
+        if problem.direction == "bwd" and not self.supports_backward:
+            return f"{self.name} has no backward pass"
+        return self.supports_mask(problem)
+
+    def supports_mask(self, problem: Problem) -> str | None:
+        return None
+
+    def prepare(self, problem: Problem) -> dict[str, Any]:
+        """Mask metadata built outside the timed region; also recorded in the row's notes."""
+        return {}
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                prepared: dict[str, Any]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def notes(self, prepared: dict[str, Any]) -> dict[str, Any]:
+        """What the row should say about how this kernel ran (JSON-serialisable)."""
+        return {k: v for k, v in prepared.items() if isinstance(v, (str, int, float, bool))}

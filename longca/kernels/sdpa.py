@@ -1,0 +1,82 @@
+"""PyTorch ``scaled_dot_product_attention``, once per backend and once with PyTorch's own choice.
+
+Masks the fused backends cannot take natively go through a dense boolean ``attn_mask`` only where
+the backend accepts one; the row's notes say which way the mask went in (``mask_via``).
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ..masks import SliceKind
+from ..problem import Problem
+from . import register
+from .base import Kernel
+
+
+def _native_mode(problem: Problem) -> str | None:
+    """'none' / 'is_causal' when SDPA expresses the mask without a tensor, else None."""
+    (only, *rest) = problem.mask.slices
+    square = problem.mask.seqlen_q == problem.mask.seqlen_k
+    if rest or (only.q_start, only.k_start, only.lq, only.lk) != (0, 0, problem.mask.seqlen_q,
+                                                                  problem.mask.seqlen_k):
+        return None
+    if only.kind is SliceKind.FULL:
+        return "none"
+    # SDPA's is_causal is top-left aligned; it equals ours (bottom-right) when the mask is square.
+    if only.kind is SliceKind.CAUSAL and square:
+        return "is_causal"
+    return None
+
+
+class SDPA(Kernel):
+    def __init__(self, name: str, backend: SDPBackend | None, description: str, *,
+                 devices=("cpu", "cuda"), dense_mask: bool = True, gqa: bool = True):
+        self.name = name
+        self.backend = backend
+        self.description = description
+        self.devices = devices
+        self.dense_mask = dense_mask  # does this backend accept an attn_mask tensor?
+        self.gqa = gqa  # does it take enable_gqa, or must KV heads be expanded?
+
+    def supports_mask(self, problem: Problem) -> str | None:
+        if _native_mode(problem) is None and not self.dense_mask:
+            return f"{self.name} takes no attn_mask tensor and mask {problem.mask_name!r} is not full/causal"
+        return None
+
+    def prepare(self, problem: Problem) -> dict[str, Any]:
+        mode = _native_mode(problem)
+        prepared: dict[str, Any] = {"mask_via": mode or "dense", "kv_expanded": problem.gqa and not self.gqa}
+        prepared["is_causal"] = mode == "is_causal"
+        if mode is None:
+            prepared["attn_mask"] = problem.mask.to_dense().to(problem.device)
+        prepared["group"] = problem.heads_q // problem.heads_kv
+        return prepared
+
+    def forward(self, q, k, v, prepared):
+        # (b, s, h, d) -> (b, h, s, d) as views: no copy inside the timed region.
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        group = prepared["group"]
+        enable_gqa = group > 1
+        if enable_gqa and prepared["kv_expanded"]:
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+            enable_gqa = False
+        ctx = sdpa_kernel([self.backend]) if self.backend is not None else nullcontext()
+        with ctx:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=prepared.get("attn_mask"),
+                                                 is_causal=prepared["is_causal"], enable_gqa=enable_gqa)
+        return out.transpose(1, 2)
+
+
+register(SDPA("sdpa_math", SDPBackend.MATH, "SDPA, math backend (unfused reference implementation)"))
+register(SDPA("sdpa", None, "SDPA, backend chosen by PyTorch's dispatcher"))
+register(SDPA("sdpa_flash", SDPBackend.FLASH_ATTENTION, "SDPA, FlashAttention-2 backend",
+              dense_mask=False))
+register(SDPA("sdpa_efficient", SDPBackend.EFFICIENT_ATTENTION, "SDPA, memory-efficient (xFormers) backend",
+              devices=("cuda",), gqa=False))
+register(SDPA("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION, "SDPA, cuDNN backend", devices=("cuda",)))

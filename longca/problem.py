@@ -1,0 +1,80 @@
+"""One attention problem: mask, shapes, dtype, device and direction, plus its inputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+import torch
+
+from . import masks
+from .masks import AttnMask
+
+DTYPES: dict[str, torch.dtype] = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+DIRECTIONS = ("fwd", "bwd")
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {name!r}") from None
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Tensors are ``(batch, seqlen, heads, head_dim)``; ``heads_q`` is a multiple of ``heads_kv``."""
+
+    mask_name: str
+    seqlen: int
+    batch: int
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    dtype: torch.dtype
+    device: torch.device
+    direction: str
+    seed: int = 0
+    mask_params: Mapping[str, Any] = field(default_factory=dict)
+    mask: AttnMask | None = None
+
+    def __post_init__(self) -> None:
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}, got {self.direction!r}")
+        for key in ("batch", "heads_q", "heads_kv", "head_dim"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key} must be positive, got {getattr(self, key)!r}")
+        if self.heads_q % self.heads_kv:
+            raise ValueError(f"heads_q={self.heads_q} is not a multiple of heads_kv={self.heads_kv}")
+        if self.mask is None:
+            built = masks.build(self.mask_name, self.seqlen, seed=self.seed, **dict(self.mask_params))
+            object.__setattr__(self, "mask", built)
+        object.__setattr__(self, "device", torch.device(self.device))
+
+    @property
+    def gqa(self) -> bool:
+        return self.heads_q != self.heads_kv
+
+    def reduced(self, seqlen: int, dtype: torch.dtype | None = None) -> "Problem":
+        """The same mask family and parameters at a smaller length (for the correctness gate)."""
+        return replace(self, seqlen=min(seqlen, self.seqlen), mask=None,
+                       dtype=self.dtype if dtype is None else dtype)
+
+    def make_inputs(self, *, requires_grad: bool, seed: int | None = None):
+        """Random q, k, v (never zeros: they hide unwritten outputs) and an upstream gradient."""
+        gen = torch.Generator(device="cpu").manual_seed(self.seed if seed is None else seed)
+        shape_q = (self.batch, self.seqlen, self.heads_q, self.head_dim)
+        shape_kv = (self.batch, self.seqlen, self.heads_kv, self.head_dim)
+
+        def rand(shape):
+            t = torch.randn(shape, generator=gen, dtype=torch.float32).to(self.device, self.dtype)
+            return t.requires_grad_(requires_grad)
+
+        q, k, v = rand(shape_q), rand(shape_kv), rand(shape_kv)
+        grad_out = torch.randn(shape_q, generator=gen, dtype=torch.float32).to(self.device, self.dtype)
+        return q, k, v, grad_out

@@ -1,0 +1,90 @@
+"""Timing people can trust: warm-up, per-iteration L2 flush, medians with their spread.
+
+On CUDA the timed region is bracketed by CUDA events and the L2 cache is flushed (a buffer larger
+than L2 is overwritten) before every iteration, so no iteration profits from the previous one's
+cache.  On CPU ``time.perf_counter`` brackets the same region.  Warm-up and repetitions are
+counts, taken from config.  Statistics: median with 20th and 80th percentiles.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current GPU's L2 (H100/H200: 50 MB)
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+    min_ms: float
+    max_ms: float
+    reps: int
+    peak_mem_bytes: int | None
+
+
+def quantile(samples: list[float], q: float) -> float:
+    """Linear-interpolated quantile, the same definition as numpy's default."""
+    xs = sorted(samples)
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summarize(samples_ms: list[float], peak_mem_bytes: int | None = None) -> Timing:
+    if not samples_ms:
+        raise ValueError("no timing samples")
+    return Timing(statistics.median(samples_ms), quantile(samples_ms, 0.2), quantile(samples_ms, 0.8),
+                  min(samples_ms), max(samples_ms), len(samples_ms), peak_mem_bytes)
+
+
+def measure(run: Callable[[], object], *, device: torch.device, warmup: int, reps: int,
+            setup: Callable[[], object] | None = None, flush_l2: bool = True) -> Timing:
+    """Time ``run`` ``reps`` times after ``warmup`` untimed calls; ``setup`` runs untimed before each."""
+    if reps < 1 or warmup < 0:
+        raise ValueError(f"need reps >= 1 and warmup >= 0, got reps={reps}, warmup={warmup}")
+    for _ in range(warmup):
+        if setup:
+            setup()
+        run()
+    if device.type == "cuda":
+        return _measure_cuda(run, device, reps, setup, flush_l2)
+    samples = []
+    for _ in range(reps):
+        if setup:
+            setup()
+        start = time.perf_counter()
+        run()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return summarize(samples)
+
+
+def _measure_cuda(run, device, reps, setup, flush_l2) -> Timing:
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=device) if flush_l2 else None
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    for i in range(reps):
+        if setup:
+            setup()
+        if flush is not None:
+            flush.zero_()
+        starts[i].record()
+        run()
+        ends[i].record()
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device)
+    # The flush buffer is ours, not the kernel's: leave it out of the peak.
+    peak_kernel = peak - (flush.numel() if flush is not None else 0)
+    del flush
+    samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    return summarize(samples, max(peak_kernel, base))

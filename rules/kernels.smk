@@ -1,0 +1,19 @@
+# One kernel cell = one measurement = one JSON row.  Its params are its resolved settings plus the
+# fingerprint of the code that computes it, so Snakemake's params rerun-trigger reruns exactly the
+# cells whose settings or code changed.
+
+
+rule kernel_cell:
+    output:
+        "results/cells/kernels/{kernel}/{mask}/{dtype}_{direction}_{seqlen}.json",
+    log:
+        "results/logs/kernels/{kernel}/{mask}/{dtype}_{direction}_{seqlen}.log",
+    params:
+        settings=kernel_cell_settings,
+        fingerprint=lambda wc: kernel_fingerprint(wc.kernel),
+        python=PYTHON,
+    threads: cell_threads
+    shell:
+        "{params.python} -m longca run-cell --settings {params.settings:q} --threads {threads} "
+        "--cell-id {wildcards.kernel}/{wildcards.mask}/{wildcards.dtype}_{wildcards.direction}_{wildcards.seqlen} "
+        "--out {output} 2> {log}"

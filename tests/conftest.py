@@ -1,0 +1,17 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+# The harness's own failure kernels (test_wrong, test_oom) are registered for the tests, and for the
+# Snakemake and longca subprocesses the tests start (they inherit the environment).
+os.environ["LONGCA_TEST_KERNELS"] = "1"
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO

@@ -1,0 +1,61 @@
+"""Each status path of a cell, exercised with real inputs (no patched statuses)."""
+
+import pytest
+
+from longca import kernels
+from longca.cell import CellSpec, run_cell
+from longca.flops import attention_flops
+from longca import masks
+
+SMALL = dict(seqlen=96, heads_q=4, heads_kv=2, head_dim=16, warmup=1, reps=3, gate_seqlen=64)
+
+
+@pytest.mark.parametrize("kernel", ["sdpa_math", "sdpa", "sdpa_flash"])
+@pytest.mark.parametrize("mask", ["full", "causal"])
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+def test_cpu_kernels_pass_gate_and_time(kernel, mask, direction):
+    row = run_cell(CellSpec(kernel=kernel, mask=mask, direction=direction, **SMALL))
+    assert row["status"] == "ok", row["reason"]
+    assert row["gate_error"] < row["gate_tolerance"]
+    assert row["tflops"] > 0 and row["median_ms"] > 0
+    assert row["tflops_p20"] <= row["tflops"] <= row["tflops_p80"]
+    m = masks.build(mask, SMALL["seqlen"])
+    assert row["flops"] == attention_flops(m, 4, 16, direction)
+    assert row["area"] == m.area()
+    assert row["device_name"] and row["torch_version"]
+
+
+def test_gpu_only_kernel_is_unsupported_on_cpu_with_reason():
+    row = run_cell(CellSpec(kernel="sdpa_cudnn", mask="causal", **SMALL))
+    assert row["status"] == "unsupported"
+    assert "cuda" in row["reason"]
+    assert "median_ms" not in row  # never timed
+    assert "tflops" not in row
+
+
+def test_kernel_returning_wrong_values_is_wrong_and_never_timed():
+    row = run_cell(CellSpec(kernel="test_wrong", mask="causal", **SMALL))
+    assert row["status"] == "wrong"
+    assert row["gate_error"] > row["gate_tolerance"]
+    assert "relative L2 error" in row["reason"]
+    assert "median_ms" not in row
+
+
+def test_real_allocation_failure_is_oom_and_process_goes_on():
+    row = run_cell(CellSpec(kernel="test_oom", mask="full", **SMALL))
+    assert row["status"] == "oom", row["reason"]
+    # The same process measures its next cell normally.
+    after = run_cell(CellSpec(kernel="sdpa_math", mask="full", **SMALL))
+    assert after["status"] == "ok"
+
+
+def test_bad_setting_becomes_error_row():
+    row = run_cell(CellSpec(kernel="sdpa_math", mask="no_such_mask", **SMALL))
+    assert row["status"] == "error"
+    assert "no_such_mask" in row["reason"]
+
+
+def test_registry_lists_kernels_and_names_unknown():
+    assert {"sdpa_math", "sdpa", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn"} <= set(kernels.names())
+    with pytest.raises(KeyError, match="nope"):
+        kernels.get("nope")

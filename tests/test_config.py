@@ -1,0 +1,35 @@
+import pytest
+
+from longca.config import ConfigError, cell_settings, kernel_cells, validate
+
+BASE = {"kernels": ["sdpa_math"], "masks": ["full", "causal"], "seqlens": [64, 128]}
+
+
+def test_defaults_are_filled_and_grid_expands():
+    cfg = validate(BASE)
+    assert cfg["directions"] == ["fwd", "bwd"] and cfg["timing"]["reps"] >= 1
+    cells = list(kernel_cells(cfg))
+    assert len(cells) == 1 * 2 * 2 * 2 * 1
+    assert len({c.path for c in cells}) == len(cells)
+
+
+def test_cell_settings_hold_only_that_cells_values():
+    cfg = validate({**BASE, "masks": [{"name": "c", "pattern": "causal"}]})
+    s = cell_settings(cfg, "sdpa_math", "c", 64, "fwd", "float32")
+    assert s["pattern"] == "causal" and s["seqlen"] == 64 and s["kernel"] == "sdpa_math"
+
+
+@pytest.mark.parametrize("bad, named", [
+    ({"kernels": ["sdpa_math"], "masks": ["full"]}, "seqlens"),
+    ({**BASE, "seqlens": [0]}, "config.seqlens[0]"),
+    ({**BASE, "dtypes": ["int8"]}, "config.dtypes[0]"),
+    ({**BASE, "kernels": ["flash9"]}, "config.kernels[0]"),
+    ({**BASE, "masks": ["full", "nonsense"]}, "config.masks[1]"),
+    ({**BASE, "heads_q": 6, "heads_kv": 4}, "config.heads_q"),
+    ({**BASE, "timing": {"reps": 0}}, "config.timing.reps"),
+    ({**BASE, "colour": "blue"}, "colour"),
+])
+def test_bad_config_names_the_key(bad, named):
+    with pytest.raises(ConfigError) as err:
+        validate(bad)
+    assert named in str(err.value)

@@ -15,6 +15,8 @@ from typing import Any, Iterator
 import jsonschema
 import yaml
 
+from . import masks
+
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "config.schema.yaml"
 
 
@@ -54,6 +56,11 @@ def mask_entries(config: dict) -> list[MaskEntry]:
     for item in config["masks"]:
         if isinstance(item, str):
             entries.append(MaskEntry(item, item, {}))
+        elif "slices" in item:  # a custom mask: a slice list scaled along the seqlen axis
+            params = {"slices": item["slices"]}
+            if "base_seqlen" in item:
+                params["base_seqlen"] = item["base_seqlen"]
+            entries.append(MaskEntry(item["name"], masks.CUSTOM, params))
         else:
             entries.append(MaskEntry(item["name"], item.get("pattern", item["name"]), dict(item.get("params", {}))))
     return entries
@@ -69,13 +76,30 @@ def validate(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
         lines = [f"{_key_path(e.absolute_path)}: {e.message}" for e in errors]
         raise ConfigError("invalid LongCA configuration:\n  " + "\n  ".join(lines))
     _apply_defaults(config, schema)
+    _inline_histograms(config)
     _check_semantics(config)
     return config
 
 
+def _inline_histograms(config: dict) -> None:
+    """Replace a histogram file path in a mask's params by the file's bins and weights.
+
+    So the cells' settings (their cache key) change when the file's content changes, and a cell
+    needs no file at run time (cluster jobs may run elsewhere)."""
+    from . import varlen
+
+    for i, item in enumerate(config["masks"]):
+        params = item.get("params", {}) if isinstance(item, dict) else {}
+        if isinstance(params.get("histogram"), str):
+            try:
+                params["histogram"] = varlen.load_histogram(params["histogram"]).as_dict()
+            except ValueError as exc:
+                raise ConfigError(f"invalid LongCA configuration:\n  config.masks[{i}].params.histogram: {exc}")
+
+
 def _check_semantics(config: dict) -> None:
     """What a schema cannot say: names that must exist in registries, and shape constraints."""
-    from . import kernels, masks
+    from . import kernels
 
     problems = []
     known = kernels.names()
@@ -84,14 +108,17 @@ def _check_semantics(config: dict) -> None:
             problems.append(f"config.kernels[{i}]: unknown kernel {name!r}; known: {', '.join(known)}")
     labels = set()
     for i, entry in enumerate(mask_entries(config)):
-        if entry.pattern not in masks.PATTERNS:
+        if entry.pattern not in masks.PATTERNS and entry.pattern not in masks.EXTRA_PATTERNS:
             problems.append(f"config.masks[{i}]: unknown mask pattern {entry.pattern!r}; "
-                            f"known: {', '.join(sorted(masks.PATTERNS))}")
+                            f"known: {', '.join(sorted(masks.PATTERNS) + sorted(masks.EXTRA_PATTERNS))}")
         else:
-            try:  # parameters are checked by building the mask once at a small length
-                masks.build(entry.pattern, min(config["seqlens"]), seed=config["seed"], **entry.params)
-            except ValueError as exc:
-                problems.append(f"config.masks[{i}] ({entry.name}): {exc}")
+            # Parameters are checked by building the mask at every length (cheap: slices only).
+            for seqlen in config["seqlens"]:
+                try:
+                    masks.build(entry.pattern, seqlen, seed=config["seed"], **entry.params)
+                except ValueError as exc:
+                    problems.append(f"config.masks[{i}] ({entry.name}) at seqlen {seqlen}: {exc}")
+                    break
         if entry.name in labels:
             problems.append(f"config.masks[{i}]: mask name {entry.name!r} appears twice")
         labels.add(entry.name)

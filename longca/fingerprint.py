@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent
 # Shared measurement code, relative to the package.
 MEASUREMENT_CODE = ("masks.py", "varlen.py", "mask_convert.py", "problem.py", "reference.py",
                     "flops.py", "timing.py", "cell.py", "env.py", "kernels/__init__.py",
-                    "kernels/base.py")
+                    "kernels/base.py", "data/doclen_default.json")
 
 
 @functools.lru_cache(maxsize=None)

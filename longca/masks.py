@@ -475,7 +475,12 @@ def pattern_params(name: str) -> tuple[str, ...]:
 
 
 def build(name: str, seqlen: int, *, seed: int = 0, **params: Any) -> AttnMask:
-    """Build pattern ``name`` at ``seqlen`` tokens; ``params`` override the pattern's defaults."""
+    """Build pattern ``name`` at ``seqlen`` tokens; ``params`` override the pattern's defaults.
+
+    Besides the 14 ``PATTERNS``, ``EXTRA_PATTERNS`` holds ``custom`` (a user's slice list) and
+    ``block_sparse`` (random blocks at a given density, for block-sparse kernels)."""
+    if name in EXTRA_PATTERNS:
+        return EXTRA_PATTERNS[name](seqlen, seed=seed, **params)
     known = pattern_params(name)
     if not _is_int(seqlen) or seqlen <= 0:
         raise MaskError(f"seqlen must be a positive integer, got {seqlen!r}")
@@ -575,3 +580,107 @@ def from_slices(name: str, seqlen_q: int, seqlen_k: int, slices: Sequence[Any], 
     parsed = tuple(_parse_slice(k, item, seqlen_q, seqlen_k) for k, item in enumerate(slices))
     check_disjoint(parsed)
     return AttnMask(name, int(seqlen_q), int(seqlen_k), parsed, None, dict(params or {}))
+
+
+CUSTOM = "custom"
+
+
+def custom(seqlen: int, *, seed: int = 0, slices: Sequence[Any] = (), base_seqlen: int | None = None,
+           **unknown: Any) -> AttnMask:
+    """A user's mask from config: ``slices`` given at ``base_seqlen`` tokens (default: the largest
+    slice end), scaled to ``seqlen`` by multiplying every coordinate by ``seqlen / base_seqlen``.
+
+    So one custom mask is a *shape* that runs along the seqlen axis like the built-in patterns, and
+    the correctness gate can check it at a smaller multiple of its base length.  ``seqlen`` must be
+    a multiple of ``base_seqlen``.  CAUSAL slices stay bottom-right aligned after scaling."""
+    if unknown:
+        raise MaskError(f"mask 'custom': unknown parameter(s) {', '.join(sorted(unknown))}; "
+                        "accepted: slices, base_seqlen")
+    if not _is_int(seqlen) or seqlen <= 0:
+        raise MaskError(f"seqlen must be a positive integer, got {seqlen!r}")
+    if isinstance(slices, (str, bytes)) or not isinstance(slices, Sequence) or not slices:
+        raise MaskError(f"slices must be a non-empty list of [q_start, q_end, k_start, k_end, "
+                        f"kind], got {slices!r}")
+    if base_seqlen is None:
+        ends = [v for item in slices if isinstance(item, Sequence) and len(item) == 5
+                for v in (item[1], item[3]) if _is_int(v)]
+        base_seqlen = max(ends, default=0)
+    base = _positive("base_seqlen", base_seqlen)
+    shape = from_slices(CUSTOM, base, base, slices)  # validates ranges, kinds and overlaps
+    if seqlen % base:
+        raise MaskError(f"custom mask: seqlen {seqlen} is not a multiple of base_seqlen {base}")
+    f = seqlen // base
+    scaled = [AttnSlice(s.q_start * f, s.q_end * f, s.k_start * f, s.k_end * f, s.kind)
+              for s in shape.slices]
+    if f > 1:
+        check_disjoint(scaled)
+    params = {"base_seqlen": base, "scale": f, "seed": int(seed),
+              "slices": [list(s.as_tuple()) for s in shape.slices]}
+    return AttnMask(CUSTOM, int(seqlen), int(seqlen), tuple(scaled), None, params)
+
+
+def gate_seqlen(name: str, seqlen: int, target: int, params: Mapping[str, Any]) -> int:
+    """The length of the reduced problem the correctness gate checks: ``target`` capped at
+    ``seqlen``, rounded down to a multiple of a custom mask's base length or a block-sparse
+    mask's block."""
+    n = min(int(target), int(seqlen))
+    if name == CUSTOM:
+        base = params.get("base_seqlen") or custom(seqlen, **params).params["base_seqlen"]
+        n = max(base, n // base * base)
+    elif name == BLOCK_SPARSE:
+        block = params.get("block", SPARSE_BLOCK)
+        n = max(block, n // block * block)
+    return n
+
+
+BLOCK_SPARSE = "block_sparse"
+SPARSE_BLOCK = 128  # the tile of FlexAttention's BlockMask and of most block-sparse kernels
+
+
+def block_sparse(seqlen: int, *, seed: int = 0, block: int = SPARSE_BLOCK, density: float = 0.25,
+                 causal: bool = False) -> AttnMask:
+    """Random ``block × block`` tiles at block density ``density`` (the benchmark of block-sparse
+    kernels: FLOPs are counted on the attended tiles only).
+
+    Each query block attends ``max(1, round(density · n))`` key blocks chosen by the seed, always
+    including its own diagonal block so that no row is empty (``n`` = key blocks it may see: all of
+    them, or those at or before it when ``causal``; the diagonal tile is then CAUSAL).  ``seqlen``
+    must be a multiple of ``block``.  Consecutive chosen tiles merge into one slice."""
+    block = _positive("block", block)
+    if seqlen % block:
+        raise MaskError(f"block_sparse: seqlen {seqlen} is not a multiple of block {block}")
+    if isinstance(density, bool) or not isinstance(density, (int, float)) or not 0 < density <= 1:
+        raise MaskError(f"block_sparse: density must be a number in (0, 1], got {density!r}")
+    if not isinstance(causal, bool):
+        raise MaskError(f"block_sparse: causal must be true or false, got {causal!r}")
+    from .varlen import STREAM_PARAMS, rng  # local: varlen imports this module
+
+    gen = rng(int(seed), STREAM_PARAMS)
+    nb = seqlen // block
+    out = _Slices()
+    chosen_total = 0
+    for qb in range(nb):
+        visible = qb + 1 if causal else nb
+        want = max(1, int(round(density * visible)))
+        others = [kb for kb in range(visible) if kb != qb]
+        order = np.argsort(gen.random(len(others)), kind="stable")
+        chosen = sorted([qb] + [others[i] for i in order[: want - 1]])
+        chosen_total += len(chosen)
+        q0, q1 = qb * block, (qb + 1) * block
+        run_start = prev = None
+        for kb in chosen + [None]:
+            if run_start is not None and (kb is None or kb != prev + 1 or (causal and kb == qb)):
+                end = prev + 1
+                # The causal diagonal tile always forms a run of its own (see the break above).
+                kind = SliceKind.CAUSAL if causal and end == qb + 1 else SliceKind.FULL
+                out.add(q0, q1, run_start * block, end * block, kind)
+                run_start = None
+            if kb is not None and run_start is None:
+                run_start = kb
+            prev = kb
+    params = {"block": block, "density": float(density), "causal": causal, "seed": int(seed),
+              "block_density": chosen_total / (nb * nb)}
+    return _mask(BLOCK_SPARSE, seqlen, out, params, None)
+
+
+EXTRA_PATTERNS: dict[str, Builder] = {CUSTOM: custom, BLOCK_SPARSE: block_sparse}

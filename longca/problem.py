@@ -62,7 +62,8 @@ class Problem:
 
     def reduced(self, seqlen: int, dtype: torch.dtype | None = None) -> "Problem":
         """The same mask family and parameters at a smaller length (for the correctness gate)."""
-        return replace(self, seqlen=min(seqlen, self.seqlen), mask=None,
+        n = masks.gate_seqlen(self.mask_name, self.seqlen, seqlen, self.mask_params)
+        return replace(self, seqlen=n, mask=None,
                        dtype=self.dtype if dtype is None else dtype)
 
     def make_inputs(self, *, requires_grad: bool, seed: int | None = None):

@@ -91,9 +91,11 @@ class Histogram:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], name: str = "inline") -> "Histogram":
         name = str(data.get("name", name))
+        if {"lo", "hi", "weights"} <= set(data):  # the as_dict() form (bins may have gaps)
+            return cls(tuple(data["lo"]), tuple(data["hi"]), tuple(data["weights"]), name)
         if "edges" not in data or "weights" not in data:
-            raise MaskError(f"histogram {name!r}: needs keys 'edges' and 'weights', got "
-                            f"{sorted(data)}")
+            raise MaskError(f"histogram {name!r}: needs keys 'edges' and 'weights' (or 'lo', "
+                            f"'hi' and 'weights'), got {sorted(data)}")
         return cls.from_edges(list(data["edges"]), list(data["weights"]), name)
 
     def mean(self) -> float:

@@ -1,7 +1,7 @@
 """The kernel registry: one adapter per name, one module per kernel family.
 
-Adding a kernel = one adapter class in a module of this package and one ``register`` call there,
-plus its module in ``_FAMILIES``; nothing else changes.  Optional libraries are imported inside
+Adding a kernel = one adapter class in a module of this package (a new family = a new module,
+found automatically) and one ``register`` call there; nothing else changes.  Optional libraries are imported inside
 adapters, never here, so a missing library makes cells ``unsupported`` instead of failing import.
 """
 
@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pkgutil
 from pathlib import Path
 
 from .base import Kernel
 
 _REGISTRY: dict[str, Kernel] = {}
-_FAMILIES = ("sdpa", "testing")
+# Every module of this package except the shared base is a kernel family.
+_FAMILIES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name != "base"))
 _loaded = False
 
 

@@ -124,6 +124,7 @@ def time_kernel(kernel: Kernel, problem: Problem, warmup: int, reps: int):
         def run():
             return kernel.forward(q, k, v, prepared)
 
+    warmup = max(warmup, kernel.min_warmup)
     return timing.measure(run, device=problem.device, warmup=warmup, reps=reps), prepared
 
 

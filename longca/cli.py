@@ -54,12 +54,32 @@ def _kernels(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    from . import kernels
+    from .check import check, check_masks, format_table
+
+    names = args.kernels or [n for n in kernels.names()
+                             if not kernels.get(n).available() and args.device in kernels.get(n).devices]
+    dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
+    results = check(names, args.masks or check_masks(), args.directions, device=args.device, dtype=dtype,
+                    seqlen=args.seqlen, heads_q=args.heads_q, heads_kv=args.heads_kv, head_dim=args.head_dim)
+    print(format_table(results))
+    # wrong answers (and crashes) fail the command; unsupported combinations do not.
+    return 1 if any(r.status in ("wrong", "error") for r in results) else 0
+
+
 def _aggregate(args: argparse.Namespace) -> int:
     from .results import aggregate
 
     table = aggregate(args.cells, args.out)
     print(f"{args.out}: {table.num_rows} rows", file=sys.stderr)
     return 0
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,6 +111,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     ks = sub.add_parser("kernels", help="list kernels and whether they run on this machine")
     ks.set_defaults(func=_kernels)
+
+    chk = sub.add_parser("check", help="correctness gate for every available kernel and mask; "
+                                       "exit 1 on a wrong result")
+    chk.add_argument("--kernels", nargs="*", default=None, help="default: every kernel available here")
+    chk.add_argument("--masks", nargs="*", default=None, help="default: the 14 patterns and block_sparse")
+    chk.add_argument("--directions", nargs="*", default=["fwd", "bwd"], choices=["fwd", "bwd"])
+    chk.add_argument("--device", default="cuda" if _cuda_available() else "cpu")
+    chk.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
+    chk.add_argument("--seqlen", type=int, default=384)
+    chk.add_argument("--heads-q", type=int, default=4)
+    chk.add_argument("--heads-kv", type=int, default=2)
+    chk.add_argument("--head-dim", type=int, default=64)
+    chk.set_defaults(func=_check)
 
     agg = sub.add_parser("aggregate", help="cell JSON rows -> Parquet table")
     agg.add_argument("--out", required=True)

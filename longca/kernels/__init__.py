@@ -15,8 +15,9 @@ from pathlib import Path
 from .base import Kernel
 
 _REGISTRY: dict[str, Kernel] = {}
-# Every module of this package except the shared base is a kernel family.
-_FAMILIES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name != "base"))
+# Every module of this package except the shared base and private helpers (_name) is a family.
+_FAMILIES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)
+                          if m.name != "base" and not m.name.startswith("_")))
 _loaded = False
 
 

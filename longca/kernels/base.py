@@ -20,6 +20,9 @@ class Kernel:
     devices: tuple[str, ...] = ("cpu", "cuda")
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
     supports_backward: bool = True
+    # Calls the timing must make before its timed ones whatever the config says (e.g. a compiled
+    # kernel's first backward call compiles).
+    min_warmup: int = 0
 
     def available(self) -> str | None:
         """None when the kernel can run on this machine; otherwise the reason it cannot."""

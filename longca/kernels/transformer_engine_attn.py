@@ -1,0 +1,84 @@
+"""TransformerEngine fused attention (optional extra: ``transformer-engine[pytorch]``).
+
+``transformer_engine.pytorch.DotProductAttention`` picks its own backend (cuDNN fused attention or
+flash-attn) — the row records TE's version; set ``NVTE_FUSED_ATTN``/``NVTE_FLASH_ATTN`` to pin one.
+Full and causal go in as ``bshd``; packed documents as ``thd`` with ``cu_seqlens`` and a
+``padding[_causal]`` mask type.  GQA through ``num_gqa_groups``.  Windows are ``unsupported``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from .. import mask_convert
+from ..problem import Problem
+from . import register
+from ._flash_masks import NO_WINDOW, flash_mask
+from .base import Kernel
+
+
+@functools.lru_cache(maxsize=None)
+def _te():
+    try:
+        import transformer_engine.pytorch as te
+    except Exception as exc:  # noqa: BLE001 — ImportError, or a broken build
+        return None, (f"transformer_engine.pytorch is not importable ({type(exc).__name__}: {exc}); "
+                      "install transformer-engine[pytorch]")
+    return te, None
+
+
+class TransformerEngineAttention(Kernel):
+    name = "te_fused"
+    description = "TransformerEngine DotProductAttention (cuDNN fused / flash backends)"
+    devices = ("cuda",)
+    dtypes = (torch.bfloat16, torch.float16)
+
+    def available(self) -> str | None:
+        return _te()[1]
+
+    def supports_mask(self, problem: Problem) -> str | None:
+        fm = flash_mask(problem)
+        if fm is None or fm.window != NO_WINDOW:
+            return f"te_fused adapter takes full, causal and packed documents, not {problem.mask_name!r}"
+        return None
+
+    def prepare(self, problem: Problem) -> dict[str, Any]:
+        te, _ = _te()
+        fm = flash_mask(problem)
+        packed = fm.packed
+        mask_type = ("padding_causal" if fm.causal else "padding") if packed else ("causal" if fm.causal else "no_mask")
+        module = te.DotProductAttention(problem.heads_q, problem.head_dim, num_gqa_groups=problem.heads_kv,
+                                        attention_dropout=0.0, qkv_format="thd" if packed else "bshd",
+                                        attn_mask_type=mask_type)
+        prepared: dict[str, Any] = {"module": module, "packed": packed, "attn_mask_type": mask_type,
+                                    "documents": len(fm.documents)}
+        if packed:
+            cu = mask_convert.cu_seqlens(problem.mask, problem.device)
+            if problem.batch > 1:
+                starts = cu[:-1][None, :] + problem.seqlen * torch.arange(
+                    problem.batch, device=problem.device, dtype=torch.int32)[:, None]
+                cu = torch.cat([starts.flatten(), cu.new_tensor([problem.batch * problem.seqlen])])
+            prepared.update(cu_seqlens=cu, max_seqlen=fm.max_document)
+        return prepared
+
+    def notes(self, prepared: dict[str, Any]) -> dict[str, Any]:
+        notes = super().notes(prepared)
+        notes["version"] = getattr(_te()[0], "__version__", None)
+        return notes
+
+    def forward(self, q, k, v, prepared):
+        module = prepared["module"]
+        b, s, hq, d = q.shape
+        if prepared["packed"]:
+            cu, mx = prepared["cu_seqlens"], prepared["max_seqlen"]
+            out = module(q.reshape(b * s, hq, d), k.reshape(b * s, -1, d), v.reshape(b * s, -1, d),
+                         cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=mx, max_seqlen_kv=mx)
+        else:
+            out = module(q, k, v)
+        return out.reshape(b, s, hq, d)  # TE returns heads flattened into the hidden dimension
+
+
+register(TransformerEngineAttention())

@@ -1,0 +1,121 @@
+"""Every CPU-capable kernel against the float64 reference on every pattern, and the adapters'
+declared limits (what they refuse, and why)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from longca import kernels
+from longca.cell import CellSpec, run_cell
+from longca.check import check, check_masks
+from longca.kernels._flash_masks import flash_mask
+from longca.problem import Problem
+
+CPU_KERNELS = [n for n in kernels.names()
+               if "cpu" in kernels.get(n).devices and not kernels.get(n).available() and not n.startswith("test_")]
+
+
+def test_cpu_kernels_include_the_torch_families():
+    assert {"sdpa_math", "sdpa", "sdpa_flash", "flex"} <= set(CPU_KERNELS)
+
+
+@pytest.mark.parametrize("kernel", CPU_KERNELS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_every_cpu_kernel_is_right_on_every_pattern(kernel, dtype):
+    results = check([kernel], check_masks(), ["fwd", "bwd"], device="cpu", dtype=dtype, seqlen=320,
+                    heads_q=4, heads_kv=2, head_dim=32)
+    bad = [r for r in results if r.status not in ("ok", "unsupported")]
+    assert not bad, bad
+    ran = [r for r in results if r.status == "ok"]
+    assert ran, f"{kernel} ran nothing"
+    # Everything refused says why.
+    assert all(r.detail for r in results if r.status == "unsupported")
+
+
+def test_dense_mask_kernels_run_every_pattern_forward_and_backward():
+    for kernel in ("sdpa_math", "sdpa"):
+        results = check([kernel], check_masks(), ["fwd", "bwd"], device="cpu", dtype="float32", seqlen=256,
+                        heads_q=2, heads_kv=1, head_dim=16)
+        assert {r.status for r in results} == {"ok"}, [r for r in results if r.status != "ok"]
+
+
+def test_flex_runs_every_pattern_forward_on_cpu_and_says_why_not_backward():
+    results = check(["flex"], check_masks(), ["fwd", "bwd"], device="cpu", dtype="float32", seqlen=256,
+                    heads_q=2, heads_kv=1, head_dim=16)
+    assert {r.status for r in results if r.direction == "fwd"} == {"ok"}
+    assert all(r.status == "unsupported" and "backward" in r.detail for r in results if r.direction == "bwd")
+
+
+def test_flex_row_on_block_sparse_counts_only_attended_flops():
+    row = run_cell(CellSpec(kernel="flex", mask="block_sparse", seqlen=512, heads_q=2, heads_kv=1, head_dim=16,
+                            mask_params={"block": 128, "density": 0.25}, warmup=0, reps=2, gate_seqlen=256))
+    assert row["status"] == "ok", row["reason"]
+    assert row["flops"] == 4 * row["area"] * 2 * 16
+    assert row["density"] == pytest.approx(0.25)  # 1 of 4 key tiles per query tile
+    notes = json.loads(row["notes"])
+    assert notes["tile_density"] == pytest.approx(0.25) and notes["inference_only"] is True
+
+
+@pytest.mark.parametrize("mask, expect", [
+    ("full", (False, (-1, -1), 1)),
+    ("causal", (True, (-1, -1), 1)),
+    ("sliding_window_causal", (True, (40, 0), 1)),
+    ("sliding_window", (False, (40, 40), 1)),
+    ("varlen_causal", (True, (-1, -1), None)),
+    ("prefix_lm_causal", None),
+    ("block_sparse", None),
+])
+def test_flash_style_kernels_see_documents_and_windows(mask, expect):
+    params = {"window": 40} if "window" in mask else {}
+    if mask == "varlen_causal":
+        params = {"documents": [100, 156]}
+    p = Problem(mask, 256, 1, 2, 1, 16, torch.bfloat16, "cpu", "fwd", 0, params)
+    fm = flash_mask(p)
+    if expect is None:
+        assert fm is None
+        return
+    causal, window, ndocs = expect
+    assert (fm.causal, fm.window) == (causal, window)
+    assert fm.documents == ((256,) if ndocs == 1 else (100, 156))
+
+
+@pytest.mark.parametrize("kernel", ["flash_attn2", "flash_attn3", "flash_attn4", "xformers", "te_fused", "varlen_attn",
+                                    "sdpa_cudnn", "sdpa_efficient"])
+def test_gpu_and_optional_kernels_are_unsupported_here_with_the_reason(kernel):
+    row = run_cell(CellSpec(kernel=kernel, mask="causal", seqlen=128, dtype="bfloat16"))
+    assert row["status"] == "unsupported"
+    k = kernels.get(kernel)
+    assert k.available() is None or k.available() in row["reason"]
+    assert "not importable" in row["reason"] or "runs on cuda" in row["reason"]
+
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-W", "ignore", "-m", "longca", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=600)
+
+
+def test_check_cli_passes_on_the_cpu_kernels():
+    out = _cli("check", "--kernels", "sdpa_math", "flex", "--masks", "causal", "varlen_causal", "block_sparse",
+               "--seqlen", "256")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "summary: ok 9, unsupported 3" in out.stdout
+
+
+def test_check_cli_fails_on_a_wrong_kernel():
+    out = _cli("check", "--kernels", "sdpa_math", "test_wrong", "--masks", "causal", "--directions", "fwd",
+               "--seqlen", "128", env={"LONGCA_TEST_KERNELS": "1"})
+    assert out.returncode == 1
+    assert "test_wrong" in out.stdout and " wrong " in out.stdout
+
+
+def test_kernels_cli_lists_every_kernel_with_its_availability():
+    out = _cli("kernels")
+    assert out.returncode == 0
+    for name in kernels.names():
+        if not name.startswith("test_"):
+            assert name in out.stdout
+    assert "unavailable: flash_attn is not importable" in out.stdout

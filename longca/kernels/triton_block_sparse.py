@@ -654,7 +654,7 @@ class _Attention(torch.autograd.Function):
         lse = torch.empty((b, hq, sq), device=q.device, dtype=torch.float32)
         sm_scale = 1.0 / math.sqrt(d)
         interp = interpret_mode()
-        precision = "ieee" if q.dtype == torch.float32 else "tf32"
+        precision = "ieee" if q.dtype == torch.float32 else None  # fp32: no TF32 rounding
         grid = (fwd_layout.n_qb, b * hq)
         _fwd_kernel[grid](
             q, k, v, o, lse,
@@ -685,7 +685,7 @@ class _Attention(torch.autograd.Function):
         dv = torch.empty_like(v, memory_format=torch.contiguous_format)
         sm_scale = 1.0 / math.sqrt(d)
         interp = interpret_mode()
-        precision = "ieee" if q.dtype == torch.float32 else "tf32"
+        precision = "ieee" if q.dtype == torch.float32 else None  # fp32: no TF32 rounding
         common = dict(HEAD_DIM=d, BLOCK_M=layout.block_m, BLOCK_N=layout.block_n, INTERPRET=interp,
                       PRECISION=precision, num_warps=cfg.bwd_warps, num_stages=cfg.bwd_stages)
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),

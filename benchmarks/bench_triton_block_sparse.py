@@ -223,7 +223,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             if key in r:
                 status += f"; {key}: {r[key]}"
         err = _fmt(r.get("err_vs_flex"), ".1e")
-        print(f"| {r['seqlen'] // 1024}K | {r['mask']} | {r['direction']} | {tiles} | "
+        print(f"| {_len(r['seqlen'])} | {r['mask']} | {r['direction']} | {tiles} | "
               f"{_fmt(ours_ms, '.3f')} | {_fmt(ours_tf, '.1f')} | {_fmt(flex_ms, '.3f')} | "
               f"{_fmt(r.get('flex_tflops'), '.1f')} | {speed} | {err if 'err_vs_flex' in r else ''} | "
               f"{status} |")

@@ -7,8 +7,10 @@ from snakemake.utils import min_version
 
 min_version("9.0")
 
-# The package lives next to this file; an editable install finds it too, this makes a bare checkout work.
+# The package lives next to this file; an editable install finds it too, this makes a bare checkout work,
+# and PYTHONPATH makes the jobs (run-cell, the worker) import this same copy of the package.
 sys.path.insert(0, workflow.basedir)
+os.environ["PYTHONPATH"] = os.pathsep.join([workflow.basedir] + [p for p in [os.environ.get("PYTHONPATH")] if p])
 
 configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
@@ -23,4 +25,5 @@ include: "rules/report.smk"
 rule all:
     input:
         "results/kernels.parquet",
+        "results/cp.parquet",
         "results/report.html",

@@ -55,6 +55,7 @@ class CellSpec:
     gate_seqlen: int = 512
     device: str = "cpu"
     pattern: str | None = None  # the builder in longca.masks.PATTERNS; default: ``mask``
+    kernel_options: dict[str, Any] = field(default_factory=dict)  # config kernel_options[kernel]
 
     def problem(self) -> Problem:
         return Problem(self.pattern or self.mask, self.seqlen, self.batch, self.heads_q, self.heads_kv, self.head_dim,
@@ -139,10 +140,11 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
     started = time.time()
     row: dict[str, Any] = {"kind": "kernel", **dataclasses.asdict(spec), "status": "error", "reason": None}
     row["mask_params"] = json.dumps(spec.mask_params, sort_keys=True)
+    row["kernel_options"] = json.dumps(spec.kernel_options, sort_keys=True)
     device = torch.device(spec.device)
     failure: tuple[str, str] | None = None
     try:
-        kernel = kernels.get(spec.kernel)
+        kernel = kernels.get(spec.kernel).with_options(spec.kernel_options)
         problem = spec.problem()
         mask = problem.mask
         row.update(area=mask.area(), density=mask.density(),

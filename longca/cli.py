@@ -7,31 +7,48 @@ import json
 import sys
 
 
+# CellSpec's fields, for building settings from flags without importing torch (the worker client
+# must stay light).  CellSpec.from_dict re-checks them in the measuring process.
+def _flag_settings(args: argparse.Namespace) -> dict:
+    missing = [f"--{k}" for k in ("kernel", "mask", "seqlen") if getattr(args, k) is None]
+    if missing:
+        raise SystemExit(f"longca run-cell: {', '.join(missing)} required (or --settings)")
+    return {"kernel": args.kernel, "mask": args.mask, "seqlen": args.seqlen, "direction": args.direction,
+            "dtype": args.dtype, "batch": args.batch, "heads_q": args.heads_q, "heads_kv": args.heads_kv,
+            "head_dim": args.head_dim, "mask_params": json.loads(args.mask_params), "seed": args.seed,
+            "warmup": args.warmup, "reps": args.reps, "gate_seqlen": args.gate_seqlen, "device": args.device}
+
+
 def _run_cell(args: argparse.Namespace) -> int:
-    import torch
+    from .atomic import write_json_atomic
 
-    from .cell import CellSpec, run_cell
-    from .fingerprint import kernel_fingerprint
-    from .results import write_json_atomic
+    settings = json.loads(args.settings) if args.settings else _flag_settings(args)
+    cell_id = args.cell_id or "/".join(str(settings.get(k)) for k in ("kernel", "mask", "seqlen", "direction", "dtype"))
+    timeout = args.timeout or None
+    if args.isolation == "worker":
+        from .worker import WorkerError, request
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.settings:
-        spec = CellSpec.from_dict(json.loads(args.settings))
-    else:
-        missing = [f"--{k}" for k in ("kernel", "mask", "seqlen") if getattr(args, k) is None]
-        if missing:
-            raise SystemExit(f"longca run-cell: {', '.join(missing)} required (or --settings)")
-        spec = CellSpec(kernel=args.kernel, mask=args.mask, seqlen=args.seqlen, direction=args.direction,
-                        dtype=args.dtype, batch=args.batch, heads_q=args.heads_q, heads_kv=args.heads_kv,
-                        head_dim=args.head_dim, mask_params=json.loads(args.mask_params), seed=args.seed,
-                        warmup=args.warmup, reps=args.reps, gate_seqlen=args.gate_seqlen, device=args.device)
-    row = run_cell(spec)
-    row["cell_id"] = args.cell_id or f"{spec.kernel}/{spec.mask}/{spec.seqlen}/{spec.direction}/{spec.dtype}"
-    try:
-        row["fingerprint"] = kernel_fingerprint(spec.kernel)
-    except KeyError:
-        row["fingerprint"] = None
+        try:
+            row = request(settings, cell_id=cell_id, threads=args.threads, timeout_s=timeout,
+                          memory_mb=args.memory_mb or None, gpus=args.gpus)
+        except WorkerError as exc:  # the machinery failed, not the cell: no row, the job fails
+            print(f"longca run-cell: {exc}", file=sys.stderr)
+            return 2
+    elif args.isolation == "fork":
+        from .runner import Limits, measure
+
+        row = measure(settings, cell_id=cell_id, threads=args.threads,
+                      limits=Limits(timeout_s=timeout, memory_mb=args.memory_mb or None, gpus=args.gpus))
+    else:  # in this process: for a debugger; a crash here is a crash
+        import torch
+
+        from .cell import CellSpec, run_cell
+        from .runner import _fingerprint
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        row = run_cell(CellSpec.from_dict(settings))
+        row.update(cell_id=cell_id, fingerprint=_fingerprint(settings.get("kernel")))
     if args.out:
         write_json_atomic(row, args.out)
     else:
@@ -41,6 +58,12 @@ def _run_cell(args: argparse.Namespace) -> int:
     summary += f" {row['tflops']:.3f} TFLOPs/s" if row["status"] == "ok" else f" ({row['reason']})"
     print(summary, file=sys.stderr)
     return 0  # a failed cell is a result, not a failed command
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from .worker import serve
+
+    return serve(args.socket, args.idle)
 
 
 def _kernels(args: argparse.Namespace) -> int:
@@ -56,6 +79,8 @@ def _kernels(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from . import kernels
+
+    args.device = args.device or ("cuda" if _cuda_available() else "cpu")
     from .check import check, check_masks, format_table
 
     names = args.kernels or [n for n in kernels.names()
@@ -107,7 +132,21 @@ def build_parser() -> argparse.ArgumentParser:
     cell.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     cell.add_argument("--cell-id", default=None)
     cell.add_argument("--out", default=None, help="JSON file to write (default: stdout)")
+    cell.add_argument("--isolation", default="fork", choices=["worker", "fork", "none"],
+                      help="where the measurement runs: a child forked by the shared warm worker, a child "
+                           "forked by this process (default), or this process (debugging: a crash is a crash)")
+    cell.add_argument("--timeout", type=float, default=600.0,
+                      help="seconds before the measuring child is killed and the row says timeout (0: none)")
+    cell.add_argument("--memory-mb", type=int, default=0,
+                      help="address space the measuring child may map beyond its start (CPU; 0: no cap)")
+    cell.add_argument("--gpus", type=int, default=0, help="GPU slots for cuda cells (0: every visible GPU)")
     cell.set_defaults(func=_run_cell)
+
+    worker = sub.add_parser("worker", help="serve cells from a warm process (started by run-cell --isolation worker)")
+    worker.add_argument("--socket", required=True)
+    worker.add_argument("--idle", type=float, default=None,
+                        help="exit after this many idle seconds (default: $LONGCA_WORKER_IDLE_S or 120)")
+    worker.set_defaults(func=_worker)
 
     ks = sub.add_parser("kernels", help="list kernels and whether they run on this machine")
     ks.set_defaults(func=_kernels)
@@ -117,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--kernels", nargs="*", default=None, help="default: every kernel available here")
     chk.add_argument("--masks", nargs="*", default=None, help="default: the 14 patterns and block_sparse")
     chk.add_argument("--directions", nargs="*", default=["fwd", "bwd"], choices=["fwd", "bwd"])
-    chk.add_argument("--device", default="cuda" if _cuda_available() else "cpu")
+    # Resolved in _check: building the parser must not import torch (run-cell's worker client is light).
+    chk.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     chk.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
     chk.add_argument("--seqlen", type=int, default=384)
     chk.add_argument("--heads-q", type=int, default=4)

@@ -122,6 +122,17 @@ def _check_semantics(config: dict) -> None:
         if entry.name in labels:
             problems.append(f"config.masks[{i}]: mask name {entry.name!r} appears twice")
         labels.add(entry.name)
+    for name, options in config["kernel_options"].items():
+        if name not in known:
+            problems.append(f"config.kernel_options.{name}: unknown kernel {name!r}; known: {', '.join(known)}")
+            continue
+        try:
+            kernels.get(name).with_options(options)
+        except ValueError as exc:
+            problems.append(f"config.kernel_options.{name}: {exc}")
+    if config["cp_strategies"]:
+        problems.append("config.cp_strategies: no context-parallel strategy is implemented yet "
+                        f"(got {', '.join(config['cp_strategies'])})")
     if config["heads_q"] % config["heads_kv"]:
         problems.append(f"config.heads_q: {config['heads_q']} is not a multiple of "
                         f"config.heads_kv = {config['heads_kv']}")
@@ -151,10 +162,22 @@ def kernel_cells(config: dict) -> Iterator[KernelCell]:
 def cell_settings(config: dict, kernel: str, mask: str, seqlen: int, direction: str, dtype: str) -> dict:
     """Exactly the resolved settings that determine one kernel cell's number (its cache key)."""
     entry = {e.name: e for e in mask_entries(config)}[mask]
-    return {
+    settings = {
         "kernel": kernel, "mask": mask, "pattern": entry.pattern, "mask_params": entry.params,
         "seqlen": int(seqlen), "direction": direction, "dtype": dtype,
         "batch": config["batch"], "heads_q": config["heads_q"], "heads_kv": config["heads_kv"],
         "head_dim": config["head_dim"], "seed": config["seed"], "gate_seqlen": config["gate_seqlen"],
         "warmup": config["timing"]["warmup"], "reps": config["timing"]["reps"], "device": config["device"],
     }
+    # Only when set: a kernel without options keeps the cache key it had before options existed.
+    options = config.get("kernel_options", {}).get(kernel)
+    if options:
+        settings["kernel_options"] = options
+    return settings
+
+
+def cell_limits(config: dict) -> str:
+    """``run-cell`` flags for the per-cell limits and isolation (not part of any cache key)."""
+    limits = config["limits"]
+    return (f"--isolation {config['isolation']} --timeout {limits['cell_timeout_s']:g} "
+            f"--memory-mb {limits['cell_memory_mb'] or 0} --gpus {config['gpus']}")

@@ -1,20 +1,22 @@
-"""The results schema and the Parquet tables built from cell rows.
+"""The results schemas and the Parquet tables built from cell rows.
 
-``results/kernels.parquet`` holds one row per kernel cell.  The schema is versioned: a change
-that renames, removes or retypes a column bumps ``SCHEMA_VERSION``; adding a nullable column
-does not.  docs/results-schema.md describes every column.
+``results/kernels.parquet`` holds one row per kernel cell, ``results/cp.parquet`` one row per
+context-parallel cell.  Each schema is versioned on its own: a change that renames, removes or
+retypes a column bumps its version (``SCHEMA_VERSION``, ``CP_SCHEMA_VERSION``); adding a nullable
+column does not.  docs/results-schema.md describes every column.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from .atomic import write_json_atomic  # noqa: F401 — re-exported: rows are written through results
 
 SCHEMA_VERSION = 1
 
@@ -68,18 +70,80 @@ KERNEL_SCHEMA = pa.schema([
     ("slurm_job_id", pa.string()),
     ("fingerprint", pa.string()),
     ("wall_s", pa.float64()),
+    ("kernel_options", pa.string()),
+    ("gpu_slot", pa.string()),
 ])
 
+CP_SCHEMA_VERSION = 1
 
-def write_json_atomic(row: dict[str, Any], path: str | os.PathLike) -> None:
-    """Write a row so that a reader sees the whole file or none of it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(row, f, indent=1, sort_keys=True, default=str)
-        f.write("\n")
-    os.replace(tmp, path)
+# One row per CP cell: one strategy at one CP size on one mask, seqlen, direction and dtype.  A CP
+# step is as slow as its slowest rank, so the headline times are the slowest rank's (per iteration:
+# the max over ranks); per-rank lists (index = rank) keep the imbalance visible.
+CP_SCHEMA = pa.schema([
+    ("schema_version", pa.int32()),
+    ("kind", pa.string()),
+    ("cell_id", pa.string()),
+    ("strategy", pa.string()),
+    ("strategy_options", pa.string()),
+    ("cp_size", pa.int32()),
+    ("nodes", pa.int32()),
+    ("local_kernel", pa.string()),
+    ("layout", pa.string()),
+    ("mask", pa.string()),
+    ("pattern", pa.string()),
+    ("seqlen", pa.int64()),
+    ("direction", pa.string()),
+    ("dtype", pa.string()),
+    ("batch", pa.int32()),
+    ("heads_q", pa.int32()),
+    ("heads_kv", pa.int32()),
+    ("head_dim", pa.int32()),
+    ("mask_params", pa.string()),
+    ("mask_params_resolved", pa.string()),
+    ("seed", pa.int64()),
+    ("device", pa.string()),
+    ("warmup", pa.int32()),
+    ("reps", pa.int32()),
+    ("gate_seqlen", pa.int64()),
+    ("status", pa.string()),
+    ("reason", pa.string()),
+    ("area", pa.int64()),
+    ("density", pa.float64()),
+    ("flops", pa.float64()),
+    ("median_ms", pa.float64()),
+    ("p20_ms", pa.float64()),
+    ("p80_ms", pa.float64()),
+    ("min_ms", pa.float64()),
+    ("max_ms", pa.float64()),
+    ("rank_median_ms", pa.list_(pa.float64())),
+    ("rank_p20_ms", pa.list_(pa.float64())),
+    ("rank_p80_ms", pa.list_(pa.float64())),
+    ("tflops_per_gpu", pa.float64()),
+    ("tflops_per_gpu_p20", pa.float64()),
+    ("tflops_per_gpu_p80", pa.float64()),
+    ("peak_mem_bytes", pa.int64()),
+    ("rank_peak_mem_bytes", pa.list_(pa.int64())),
+    ("comm_bytes", pa.int64()),
+    ("rank_comm_bytes", pa.list_(pa.int64())),
+    ("rank_area", pa.list_(pa.int64())),
+    ("gate_error", pa.float64()),
+    ("gate_tolerance", pa.float64()),
+    ("gate_detail", pa.string()),
+    ("backend", pa.string()),
+    ("device_name", pa.string()),
+    ("cpu_name", pa.string()),
+    ("hostnames", pa.list_(pa.string())),
+    ("torch_version", pa.string()),
+    ("cuda_version", pa.string()),
+    ("driver_version", pa.string()),
+    ("nccl_version", pa.string()),
+    ("libraries", pa.string()),
+    ("slurm_job_id", pa.string()),
+    ("fingerprint", pa.string()),
+    ("wall_s", pa.float64()),
+])
+
+_VERSIONS = {id(KERNEL_SCHEMA): SCHEMA_VERSION, id(CP_SCHEMA): CP_SCHEMA_VERSION}
 
 
 def read_rows(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
@@ -92,7 +156,7 @@ def read_rows(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
 
 def to_table(rows: list[dict[str, Any]], schema: pa.Schema = KERNEL_SCHEMA) -> pa.Table:
     columns = {name: [row.get(name) for row in rows] for name in schema.names}
-    columns["schema_version"] = [SCHEMA_VERSION] * len(rows)
+    columns["schema_version"] = [_VERSIONS.get(id(schema), SCHEMA_VERSION)] * len(rows)
     return pa.Table.from_pydict(columns, schema=schema)
 
 

@@ -1,14 +1,24 @@
 # Config validation and grid expansion: everything the other rules ask about the grid.
+import functools
 import json
 
 from longca import config as longca_config
+from longca import gpu_slots
 from longca.fingerprint import kernel_fingerprint
 
 # Validated before any job starts; a bad key stops here with a message naming it.
 CFG = longca_config.validate(config)
 KERNEL_CELLS = list(longca_config.kernel_cells(CFG))
+CP_CELLS = []  # context-parallel cells land with the CP strategies (config cp_strategies × cp_sizes)
 MASK_NAMES = [entry.name for entry in longca_config.mask_entries(CFG)]
 PYTHON = sys.executable
+# Isolation and limits reach run-cell as flags, not params: a limit is not part of any cache key.
+LIMIT_FLAGS = longca_config.cell_limits(CFG)
+# GPU cells: one slot per device (longca.gpu_slots picks the device; this only sizes the concurrency).
+GPUS = len(gpu_slots.visible_devices(CFG["gpus"])) if CFG["device"] == "cuda" else 0
+if CFG["device"] == "cuda" and not GPUS:
+    raise longca_config.ConfigError("config.device: cuda, but no GPU is visible "
+                                    "(CUDA_VISIBLE_DEVICES is empty and nvidia-smi lists none)")
 
 
 wildcard_constraints:
@@ -23,7 +33,16 @@ def kernel_cell_settings(wildcards) -> str:
     return json.dumps(settings, sort_keys=True)
 
 
+@functools.lru_cache(maxsize=None)
+def cached_kernel_fingerprint(kernel: str) -> str:
+    # Hashing the same files once per kernel, not once per cell: a 10,000-cell dry run stays fast.
+    return kernel_fingerprint(kernel)
+
+
 def cell_threads(wildcards) -> int:
+    if GPUS:
+        # GPU cells: up to one per GPU at once, the cores shared between them.
+        return CFG["threads"] or max(1, workflow.cores // GPUS)
     # CPU cells take every core they are given one at a time, so concurrent cells never share cores
     # and skew each other's timings.
     return CFG["threads"] or workflow.cores

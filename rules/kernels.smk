@@ -1,6 +1,7 @@
 # One kernel cell = one measurement = one JSON row.  Its params are its resolved settings plus the
 # fingerprint of the code that computes it, so Snakemake's params rerun-trigger reruns exactly the
-# cells whose settings or code changed.
+# cells whose settings or code changed.  run-cell measures in a forked child (of the warm worker by
+# default, see longca/worker.py): a crash, hang or memory exhaustion still writes the row, atomically.
 
 
 rule kernel_cell:
@@ -10,10 +11,12 @@ rule kernel_cell:
         "results/logs/kernels/{kernel}/{mask}/{dtype}_{direction}_{seqlen}.log",
     params:
         settings=kernel_cell_settings,
-        fingerprint=lambda wc: kernel_fingerprint(wc.kernel),
+        fingerprint=lambda wc: cached_kernel_fingerprint(wc.kernel),
         python=PYTHON,
     threads: cell_threads
+    resources:
+        gpu=1 if GPUS else 0,  # the SLURM executor turns this into a GPU request
     shell:
-        "{params.python} -m longca run-cell --settings {params.settings:q} --threads {threads} "
+        "{params.python} -m longca run-cell --settings {params.settings:q} --threads {threads} {LIMIT_FLAGS} "
         "--cell-id {wildcards.kernel}/{wildcards.mask}/{wildcards.dtype}_{wildcards.direction}_{wildcards.seqlen} "
         "--out {output} 2> {log}"

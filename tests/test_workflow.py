@@ -1,11 +1,10 @@
 """End to end: the real Snakemake on a tiny grid in a temporary directory."""
 
 import re
-import subprocess
-import sys
 
 import pytest
 import yaml
+from snakemake_run import snakemake as run_snakemake
 
 from longca import masks
 from longca.flops import attention_flops
@@ -27,9 +26,7 @@ TINY = {
 
 
 def snakemake(repo, workdir, *args):
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    return run_snakemake(workdir, *args, snakefile=repo / "Snakefile")
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ tensors; backward goes through autograd.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -23,6 +24,21 @@ class Kernel:
     # Calls the timing must make before its timed ones whatever the config says (e.g. a compiled
     # kernel's first backward call compiles).
     min_warmup: int = 0
+
+    # Per-kernel options (config `kernel_options: {<name>: {...}}`) and their defaults; an adapter
+    # reads self.options[...].  They are part of only this kernel's cells' settings (cache key).
+    options: dict[str, Any] = {}
+
+    def with_options(self, options: dict[str, Any]) -> "Kernel":
+        """This kernel with ``options`` over its defaults; an unknown option is a ValueError."""
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            accepted = ", ".join(sorted(self.options)) or "none"
+            raise ValueError(f"kernel {self.name!r} has no option {', '.join(map(repr, unknown))} "
+                             f"(it accepts: {accepted})")
+        configured = copy.copy(self)
+        configured.options = {**self.options, **options}
+        return configured
 
     def available(self) -> str | None:
         """None when the kernel can run on this machine; otherwise the reason it cannot."""

@@ -1,13 +1,20 @@
 """Kernels that exist to prove the harness catches failures; registered only for the tests.
 
 They run real code that really fails: ``test_wrong`` returns a perturbed result, ``test_oom``
-really asks the allocator for more memory than any machine has.  Set ``LONGCA_TEST_KERNELS=1``
+really asks the allocator for more memory than any machine has, ``test_segfault`` really
+dereferences NULL, ``test_abort`` really aborts, ``test_hang`` really never returns, ``test_hog``
+really allocates (and touches) memory until the cell's memory cap stops it, and ``test_sleep`` is a
+correct kernel that takes a set time per call (option ``seconds``).  Set ``LONGCA_TEST_KERNELS=1``
 to register them.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import resource
+import threading
+import time
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +46,72 @@ class OomKernel(Kernel):
         return q + workspace[:1].to(q.dtype)
 
 
+class _DenseSdpa(Kernel):
+    """Correct dense attention; subclasses add a failure (or a delay) in front of it."""
+
+    def prepare(self, problem):
+        return {"attn_mask": problem.mask.to_dense().to(problem.device)}
+
+    def forward(self, q, k, v, prepared):
+        self.before()
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=prepared["attn_mask"],
+                                             enable_gqa=q.shape[1] != k.shape[1])
+        return out.transpose(1, 2)
+
+    def before(self) -> None:
+        pass
+
+
+class SegfaultKernel(_DenseSdpa):
+    name = "test_segfault"
+    description = "test-only: reads address 0 (SIGSEGV)"
+
+    def before(self):
+        ctypes.string_at(0)
+
+
+class AbortKernel(_DenseSdpa):
+    name = "test_abort"
+    description = "test-only: calls abort() (SIGABRT), as a failed C++ assertion does"
+
+    def before(self):
+        os.abort()
+
+
+class HangKernel(_DenseSdpa):
+    name = "test_hang"
+    description = "test-only: never returns"
+
+    def before(self):
+        threading.Event().wait()
+
+
+class HogKernel(_DenseSdpa):
+    name = "test_hog"
+    description = "test-only: allocates and touches 64 MiB blocks until allocation fails"
+
+    def supports(self, problem):
+        # Without a cap this would take the machine's memory, not the cell's.
+        if resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:
+            return "test_hog runs only under a memory cap (limits.cell_memory_mb)"
+        return super().supports(problem)
+
+    def before(self):
+        blocks = []
+        while True:
+            blocks.append(torch.ones(2**26, dtype=torch.uint8))  # ones, not empty: pages are touched
+
+
+class SleepKernel(_DenseSdpa):
+    name = "test_sleep"
+    description = "test-only: correct, and sleeps `seconds` per call"
+    options = {"seconds": 0.0}
+
+    def before(self):
+        time.sleep(self.options["seconds"])
+
+
 if os.environ.get("LONGCA_TEST_KERNELS") == "1":
-    register(WrongKernel())
-    register(OomKernel())
+    for _kernel in (WrongKernel, OomKernel, SegfaultKernel, AbortKernel, HangKernel, HogKernel, SleepKernel):
+        register(_kernel())

@@ -1,0 +1,97 @@
+"""GPU slots on one machine: each concurrently running GPU cell gets a device of its own.
+
+Snakemake decides how many GPU cells run at once (threads/resources); this module decides which
+device each one gets.  Slot ``i`` is an exclusive ``flock`` on ``slot-<i>.lock`` in a per-user
+directory shared by every LongCA process on the host (two workflow runs in different directories
+still never share a GPU).  The kernel drops an flock when its process dies, so a killed cell never
+leaves a slot taken.  The holder runs its measurement with ``CUDA_VISIBLE_DEVICES`` set to the
+slot's device before CUDA is initialised.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def default_lock_dir() -> Path:
+    return Path(tempfile.gettempdir()) / f"longca-{os.getuid()}" / "gpu-slots"
+
+
+def visible_devices(count: int = 0, environ: dict | None = None) -> list[str]:
+    """The devices cells may use: ``CUDA_VISIBLE_DEVICES`` if set, else ``nvidia-smi``'s GPUs.
+
+    ``count`` > 0 keeps only the first ``count`` of them (config key ``gpus``)."""
+    environ = os.environ if environ is None else environ
+    listed = environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        devices = [d.strip() for d in listed.split(",") if d.strip()]
+    else:
+        devices = [str(i) for i in range(_nvidia_smi_count())]
+    return devices[:count] if count > 0 else devices
+
+
+def _nvidia_smi_count() -> int:
+    # nvidia-smi, not torch.cuda: the caller may be about to fork, and CUDA must stay uninitialised.
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+@dataclass
+class Slot:
+    index: int
+    device: str
+    _fd: int
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = -1
+
+    def __enter__(self) -> "Slot":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def acquire(devices: list[str], *, lock_dir: Path | None = None, timeout_s: float | None = None,
+            poll_s: float = 0.05) -> Slot:
+    """Take a free slot (blocking until one is free); raise TimeoutError after ``timeout_s``.
+
+    Slots are tried starting at a pid-dependent index so concurrent starters spread out instead of
+    all contending for slot 0."""
+    if not devices:
+        raise ValueError("no GPU to give a slot on: CUDA_VISIBLE_DEVICES is empty and nvidia-smi lists none")
+    lock_dir = default_lock_dir() if lock_dir is None else Path(lock_dir)
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    start = os.getpid() % len(devices)
+    while True:
+        for k in range(len(devices)):
+            i = (start + k) % len(devices)
+            # Keyed by device, not index: runs that see different CUDA_VISIBLE_DEVICES still exclude each other.
+            name = devices[i].replace("/", "_")  # MIG ids contain slashes
+            fd = os.open(lock_dir / f"slot-{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())  # who holds it, for a human looking
+            return Slot(i, devices[i], fd)
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"no free GPU slot among devices {devices} after {timeout_s} s")
+        time.sleep(poll_s)

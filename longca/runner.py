@@ -1,0 +1,105 @@
+"""One cell's settings → its result row, whatever the measuring process does.
+
+The measurement (``longca.cell.run_cell``) runs in a forked child (``longca.isolate``); a child
+that segfaults, aborts, hangs past the time limit or is killed for memory still yields a row, built
+here from the settings with the status and a reason.  GPU cells first take a GPU slot
+(``longca.gpu_slots``) and run with ``CUDA_VISIBLE_DEVICES`` set to it.
+
+Used both by ``longca run-cell --isolation fork`` (in the cell's own process) and by the warm
+worker (``longca.worker``), which forks one child per cell from a process that imported torch once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from . import gpu_slots, isolate
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-cell limits (config ``limits``); not part of the cache key: they do not change a number."""
+
+    timeout_s: float | None = 600.0
+    memory_mb: int | None = None  # extra address space the child may map (CPU cells only)
+    gpus: int = 0                 # 0: every visible GPU
+
+
+def _measure(settings: dict[str, Any], threads: int, device: str | None) -> dict[str, Any]:
+    """In the child: select the GPU before CUDA exists, then measure (run_cell never raises)."""
+    if device is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = device
+    import torch
+
+    from .cell import CellSpec, run_cell
+
+    if threads:
+        torch.set_num_threads(threads)
+    return run_cell(CellSpec.from_dict(settings))
+
+
+def failure_row(settings: dict[str, Any], status: str, reason: str, wall_s: float) -> dict[str, Any]:
+    """The row of a cell whose measuring process gave none: its identity, status and reason."""
+    row = {"kind": "kernel", **settings, "status": status, "reason": reason, "wall_s": wall_s,
+           "hostname": socket.gethostname(), "slurm_job_id": os.environ.get("SLURM_JOB_ID")}
+    for key in ("mask_params", "kernel_options"):  # JSON strings in the table, as run_cell writes them
+        if key in row:
+            row[key] = json.dumps(row[key], sort_keys=True)
+    return row
+
+
+def outcome_row(settings: dict[str, Any], outcome: isolate.Outcome, limits: Limits) -> dict[str, Any]:
+    if outcome.returned:
+        return outcome.value
+    if outcome.timed_out:
+        return failure_row(settings, "timeout", f"exceeded limits.cell_timeout_s = {limits.timeout_s:g} s; "
+                                                f"killed after {outcome.wall_s:.1f} s", outcome.wall_s)
+    if outcome.signal == signal.SIGKILL:
+        # LongCA sends SIGKILL only on timeout (handled above); the usual other sender is the
+        # kernel's (or the cgroup's) out-of-memory killer.
+        return failure_row(settings, "oom", f"{outcome.describe()}, not sent by LongCA: most likely the "
+                                            "out-of-memory killer", outcome.wall_s)
+    return failure_row(settings, "error", outcome.describe(), outcome.wall_s)
+
+
+def measure(settings: dict[str, Any], *, cell_id: str, threads: int = 0, limits: Limits = Limits(),
+            stdio: tuple[int, int] | None = None, abort_fd: int | None = None) -> dict[str, Any]:
+    """Measure one cell in a forked child and return its row (never raises for a cell's failure).
+
+    Call it only from a process that has not yet run a torch operation: GNU OpenMP's thread pool
+    does not survive a fork, and the child would hang (and be reported as a timeout).  ``longca
+    run-cell`` and the worker only import before they fork."""
+    started = time.monotonic()
+    slot = None
+    if settings.get("device", "cpu") == "cuda":
+        # Blocks until a device is free: Snakemake may start more GPU cells than there are GPUs.
+        slot = gpu_slots.acquire(gpu_slots.visible_devices(limits.gpus))
+    try:
+        memory = limits.memory_mb * 2**20 if limits.memory_mb and not slot else None
+        outcome = isolate.call(lambda: _measure(settings, threads, slot.device if slot else None),
+                               timeout_s=limits.timeout_s, memory_bytes=memory, stdio=stdio, abort_fd=abort_fd)
+    finally:
+        if slot:
+            slot.release()
+    row = outcome_row(settings, outcome, limits)
+    row["cell_id"] = cell_id
+    row["fingerprint"] = _fingerprint(settings.get("kernel"))
+    if slot:
+        row["gpu_slot"] = slot.device
+    row.setdefault("wall_s", time.monotonic() - started)
+    return row
+
+
+def _fingerprint(kernel: str | None) -> str | None:
+    from .fingerprint import kernel_fingerprint
+
+    try:
+        return kernel_fingerprint(kernel)
+    except Exception:  # noqa: BLE001 — an unknown or broken kernel has no fingerprint, its row says why
+        return None

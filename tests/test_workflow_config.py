@@ -1,0 +1,44 @@
+"""Config keys of the workflow: per-kernel options, limits, isolation, GPUs, CP axes."""
+
+import pytest
+
+from longca.config import ConfigError, cell_limits, cell_settings, validate
+
+BASE = {"kernels": ["sdpa", "test_sleep"], "masks": ["full"], "seqlens": [64]}
+
+
+def test_kernel_options_reach_only_that_kernels_cells():
+    plain = validate(BASE)
+    cfg = validate({**BASE, "kernel_options": {"test_sleep": {"seconds": 0.5}}})
+    assert cell_settings(cfg, "test_sleep", "full", 64, "fwd", "float32")["kernel_options"] == {"seconds": 0.5}
+    # The other kernel's settings (its cache key) are exactly what they were without options.
+    assert cell_settings(cfg, "sdpa", "full", 64, "fwd", "float32") == \
+        cell_settings(plain, "sdpa", "full", 64, "fwd", "float32")
+    assert "kernel_options" not in cell_settings(plain, "test_sleep", "full", 64, "fwd", "float32")
+
+
+def test_limits_and_isolation_have_defaults_and_become_flags():
+    cfg = validate(BASE)
+    assert cfg["limits"] == {"cell_timeout_s": 600, "cell_memory_mb": None}
+    assert cfg["isolation"] == "worker" and cfg["gpus"] == 0
+    assert cell_limits(cfg) == "--isolation worker --timeout 600 --memory-mb 0 --gpus 0"
+    cfg = validate({**BASE, "limits": {"cell_timeout_s": 2.5, "cell_memory_mb": 512}, "isolation": "fork"})
+    assert cell_limits(cfg) == "--isolation fork --timeout 2.5 --memory-mb 512 --gpus 0"
+
+
+@pytest.mark.parametrize("bad, named", [
+    ({"kernel_options": {"flash9": {}}}, "config.kernel_options.flash9: unknown kernel"),
+    ({"kernel_options": {"test_sleep": {"secs": 1}}}, "config.kernel_options.test_sleep: kernel 'test_sleep' has no option 'secs'"),
+    ({"kernel_options": {"sdpa": 3}}, "config.kernel_options.sdpa"),
+    ({"limits": {"cell_timeout_s": -1}}, "config.limits.cell_timeout_s"),
+    ({"limits": {"cell_memory_mb": 0}}, "config.limits.cell_memory_mb"),
+    ({"limits": {"timeout": 5}}, "config.limits"),
+    ({"isolation": "threads"}, "config.isolation"),
+    ({"gpus": -1}, "config.gpus"),
+    ({"cp_sizes": [1]}, "config.cp_sizes[0]"),
+    ({"cp_strategies": ["ring"]}, "config.cp_strategies"),
+])
+def test_bad_workflow_keys_are_named(bad, named):
+    with pytest.raises(ConfigError) as err:
+        validate({**BASE, **bad})
+    assert named in str(err.value)

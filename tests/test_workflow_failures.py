@@ -1,0 +1,63 @@
+"""Failures are results: cells that segfault, abort, hang or exhaust memory in a real Snakemake run."""
+
+import pyarrow.parquet as pq
+import pytest
+from snakemake_run import snakemake, write_config
+
+from longca.results import CP_SCHEMA, load
+
+pytestmark = pytest.mark.slow
+
+CONFIG = {
+    "device": "cpu", "threads": 1,
+    "kernels": ["sdpa", "test_segfault", "test_abort", "test_hang", "test_hog"],
+    "masks": ["causal"], "seqlens": [64], "directions": ["fwd"], "dtypes": ["float32"],
+    "heads_q": 2, "heads_kv": 2, "head_dim": 16, "gate_seqlen": 64,
+    "timing": {"warmup": 1, "reps": 2},
+    "limits": {"cell_timeout_s": 2, "cell_memory_mb": 256},
+}
+EXPECTED = {"sdpa": ("ok", None), "test_segfault": ("error", "SIGSEGV"), "test_abort": ("error", "SIGABRT"),
+            "test_hang": ("timeout", "cell_timeout_s"), "test_hog": ("oom", "can't allocate memory")}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("failures")
+    write_config(workdir, CONFIG)
+    proc = snakemake(workdir, "all")
+    return workdir, proc
+
+
+def test_the_run_finishes_despite_the_failures(run):
+    workdir, proc = run
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def test_each_failure_is_a_row_with_its_status(run):
+    workdir, _ = run
+    df = load(workdir / "results" / "kernels.parquet").set_index("kernel")
+    for kernel, (status, reason) in EXPECTED.items():
+        assert df.loc[kernel, "status"] == status, df.loc[kernel, "reason"]
+        if reason:
+            assert reason in df.loc[kernel, "reason"]
+
+
+def test_the_report_shows_every_failed_cell(run):
+    workdir, _ = run
+    html = (workdir / "results" / "report.html").read_text()
+    for kernel, (status, _) in EXPECTED.items():
+        assert f"<td>{kernel}/causal/float32_fwd_64</td>" in html
+        if status != "ok":
+            assert f'<td class="status-{status}">{status}</td>' in html
+
+
+def test_the_crash_is_in_the_cells_log(run):
+    workdir, _ = run
+    log = (workdir / "results/logs/kernels/test_segfault/causal/float32_fwd_64.log").read_text()
+    assert "Segmentation fault" in log and "testing.py" in log
+
+
+def test_cp_table_exists_with_its_schema_before_any_cp_cell(run):
+    workdir, _ = run
+    table = pq.read_table(workdir / "results" / "cp.parquet")
+    assert table.num_rows == 0 and table.schema.equals(CP_SCHEMA)

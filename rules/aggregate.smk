@@ -1,4 +1,4 @@
-# Cell rows → one Parquet table (schema: longca.results, docs/results-schema.md).
+# Cell rows → one Parquet table per kind (schema: longca.results, docs/results-schema.md).
 
 
 localrules:
@@ -11,10 +11,10 @@ rule aggregate_kernels:
         [cell.path for cell in KERNEL_CELLS],
     output:
         "results/kernels.parquet",
-    run:
-        from longca.results import aggregate
-
-        aggregate(input, output[0])
+    params:
+        table="kernels",
+    script:
+        "../workflow/scripts/aggregate.py"
 
 
 rule aggregate_cp:
@@ -23,7 +23,7 @@ rule aggregate_cp:
         [cell.path for cell in CP_CELLS],
     output:
         "results/cp.parquet",
-    run:
-        from longca.results import CP_SCHEMA, aggregate
-
-        aggregate(input, output[0], schema=CP_SCHEMA)
+    params:
+        table="cp",
+    script:
+        "../workflow/scripts/aggregate.py"

@@ -14,8 +14,5 @@ rule plot_kernel_mask:
             caption="../workflow/report/kernel_figure.rst",
             category="Kernels",
         ),
-    run:
-        from longca.plots import kernel_throughput_figure
-        from longca.results import load
-
-        kernel_throughput_figure(load(input[0]), wildcards.mask, output[0])
+    script:
+        "../workflow/scripts/plot_kernel_mask.py"

@@ -1,0 +1,130 @@
+"""Incremental runs with the real Snakemake: exactly the changed cells rerun, a killed run resumes."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+from snakemake_run import REPO, cell_files, command, planned_cells, snakemake, write_config
+
+from longca.results import load
+
+pytestmark = pytest.mark.slow
+
+BASE = {
+    "device": "cpu", "threads": 1,
+    "kernels": ["sdpa", "test_sleep"], "masks": ["full"], "seqlens": [64],
+    "directions": ["fwd"], "dtypes": ["float32"],
+    "heads_q": 2, "heads_kv": 2, "head_dim": 16, "gate_seqlen": 64,
+    "timing": {"warmup": 1, "reps": 2},
+}
+SDPA = "results/cells/kernels/sdpa/full/float32_fwd_64.json"
+SLEEP = "results/cells/kernels/test_sleep/full/float32_fwd_64.json"
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("base")
+    write_config(workdir, BASE)
+    proc = snakemake(workdir, "all")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert set(cell_files(workdir)) == {SDPA, SLEEP}
+    return workdir
+
+
+@pytest.fixture
+def clone(base_run, tmp_path):
+    """A copy of the finished run (outputs, logs, Snakemake's metadata; mtimes kept)."""
+    workdir = tmp_path / "run"
+    shutil.copytree(base_run, workdir, symlinks=True)
+    return workdir
+
+
+def test_second_run_plans_nothing(clone):
+    proc = snakemake(clone, "-n", "all")
+    assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_changing_one_kernels_option_reruns_only_its_cells(clone):
+    write_config(clone, {**BASE, "kernel_options": {"test_sleep": {"seconds": 0.001}}})
+    before = cell_files(clone)
+    proc = snakemake(clone, "-n", "all")
+    out = proc.stdout + proc.stderr
+    assert set(_cells(out)) == {SLEEP}
+    for rule in ("aggregate_kernels", "plot_kernel_mask", "html_report"):  # and what depends on it
+        assert f"rule {rule}:" in out
+    assert snakemake(clone, "all").returncode == 0
+    after = cell_files(clone)
+    assert after[SDPA] == before[SDPA] and after[SLEEP] != before[SLEEP]
+    row = json.loads((clone / SLEEP).read_text())
+    assert json.loads(row["kernel_options"]) == {"seconds": 0.001}
+
+
+def test_new_seqlen_and_mask_run_only_new_cells(clone):
+    write_config(clone, {**BASE, "seqlens": [64, 128], "masks": ["full", "causal"]})
+    before = cell_files(clone)
+    new = {f"results/cells/kernels/{k}/{m}/float32_fwd_{n}.json"
+           for k in ("sdpa", "test_sleep") for m, n in (("full", 128), ("causal", 64), ("causal", 128))}
+    assert planned_cells(clone) == new
+    assert snakemake(clone, "all").returncode == 0
+    after = cell_files(clone)
+    assert set(after) == set(before) | new
+    assert all(after[p] == before[p] for p in before)
+    assert len(load(clone / "results" / "kernels.parquet")) == 8
+    assert planned_cells(clone) == set()
+
+
+def test_editing_one_adapter_reruns_only_its_cells(clone, tmp_path):
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    for part in ("Snakefile", "rules", "workflow", "longca", "config", "profiles"):
+        copy = shutil.copytree if (REPO / part).is_dir() else shutil.copy2
+        copy(REPO / part, checkout / part, **({"ignore": shutil.ignore_patterns("__pycache__")}
+                                              if (REPO / part).is_dir() else {}))
+    snakefile = checkout / "Snakefile"
+    # The cache key is the code's content, not where the checkout lives.
+    assert planned_cells(clone, snakefile=snakefile) == set()
+    with open(checkout / "longca" / "kernels" / "testing.py", "a") as f:
+        f.write("\n# an edit to the test kernels' adapter module\n")
+    assert planned_cells(clone, snakefile=snakefile) == {SLEEP}
+
+
+def test_a_killed_run_completes_only_the_missing_cells(tmp_path):
+    workdir = tmp_path / "killed"
+    seqlens = [64, 128, 192, 256, 320, 384]
+    write_config(workdir, {**BASE, "kernels": ["test_sleep"], "seqlens": seqlens,
+                           "kernel_options": {"test_sleep": {"seconds": 0.15}}})
+    proc = subprocess.Popen(command(workdir, "all", cores=1), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while len(cell_files(workdir)) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # Snakemake and its running job, mid-run
+    proc.wait()
+    finished = cell_files(workdir)
+    assert 2 <= len(finished) < len(seqlens)
+    for path in finished:
+        json.loads((workdir / path).read_text())  # every visible row is whole
+
+    assert snakemake(workdir, "--unlock").returncode == 0  # a SIGKILLed Snakemake leaves its lock
+    planned = planned_cells(workdir)
+    every = {f"results/cells/kernels/test_sleep/full/float32_fwd_{n}.json" for n in seqlens}
+    assert planned >= every - set(finished)
+    # At most the cell that was running when the kill came, if its row landed but Snakemake had not
+    # yet recorded the job as finished (it is then marked incomplete and redone).
+    assert len(planned & set(finished)) <= 1
+
+    assert snakemake(workdir, "all").returncode == 0
+    after = cell_files(workdir)
+    assert set(after) == every
+    assert all(after[p] == finished[p] for p in set(finished) - planned)
+    assert len(load(workdir / "results" / "kernels.parquet")) == len(seqlens)
+
+
+def _cells(dry_run_output: str) -> list[str]:
+    from snakemake_run import CELL_OUTPUT
+
+    return CELL_OUTPUT.findall(dry_run_output)

@@ -23,7 +23,8 @@ def _run_cell(args: argparse.Namespace) -> int:
     from .atomic import write_json_atomic
 
     settings = json.loads(args.settings) if args.settings else _flag_settings(args)
-    cell_id = args.cell_id or "/".join(str(settings.get(k)) for k in ("kernel", "mask", "seqlen", "direction", "dtype"))
+    # The workflow's naming (the cell's file path under results/cells/kernels/).
+    cell_id = args.cell_id or "{kernel}/{mask}/{dtype}_{direction}_{seqlen}".format(**settings)
     timeout = args.timeout or None
     if args.isolation == "worker":
         from .worker import WorkerError, request
@@ -35,8 +36,9 @@ def _run_cell(args: argparse.Namespace) -> int:
             print(f"longca run-cell: {exc}", file=sys.stderr)
             return 2
     elif args.isolation == "fork":
-        from .runner import Limits, measure
+        from .runner import Limits, measure, preload
 
+        preload()  # once, here, rather than in the child and again for the fingerprint
         row = measure(settings, cell_id=cell_id, threads=args.threads,
                       limits=Limits(timeout_s=timeout, memory_mb=args.memory_mb or None, gpus=args.gpus))
     else:  # in this process: for a debugger; a crash here is a crash

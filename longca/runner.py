@@ -31,6 +31,23 @@ class Limits:
     gpus: int = 0                 # 0: every visible GPU
 
 
+def preload() -> None:
+    """Import what every cell needs, once, before forking (children inherit it: the worker saves
+    ~1-2 s per cell this way).  Only imports: CUDA and OpenMP threads must not start here, or the
+    forked children inherit a broken state."""
+    import pkgutil
+
+    import torch  # noqa: F401
+
+    from . import cell, fingerprint, kernels  # noqa: F401
+
+    for family in pkgutil.iter_modules(kernels.__path__):
+        try:
+            __import__(f"{kernels.__name__}.{family.name}")
+        except Exception:  # noqa: BLE001 — the cell's own import reports it in its row
+            pass
+
+
 def _measure(settings: dict[str, Any], threads: int, device: str | None) -> dict[str, Any]:
     """In the child: select the GPU before CUDA exists, then measure (run_cell never raises)."""
     if device is not None:

@@ -168,22 +168,6 @@ def request(settings: dict[str, Any], *, cell_id: str, threads: int, timeout_s: 
 
 # ---------------------------------------------------------------- server
 
-def _preload() -> None:
-    """Import what every cell needs, once.  Only imports: CUDA and OpenMP threads must not start
-    here, or the forked children inherit a broken state."""
-    import pkgutil
-
-    import torch  # noqa: F401
-
-    from . import cell, fingerprint, kernels, runner  # noqa: F401
-
-    for family in pkgutil.iter_modules(kernels.__path__):
-        try:
-            __import__(f"{kernels.__name__}.{family.name}")
-        except Exception:  # noqa: BLE001 — the cell's own import reports it in its row
-            pass
-
-
 def _handle(conn: socket.socket) -> None:
     from .runner import Limits, measure
 
@@ -197,7 +181,9 @@ def _handle(conn: socket.socket) -> None:
 
 def serve(sock_path: str, idle_s: float | None = None) -> int:
     idle_s = float(os.environ.get("LONGCA_WORKER_IDLE_S", DEFAULT_IDLE_S)) if idle_s is None else idle_s
-    _preload()
+    from .runner import preload
+
+    preload()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(sock_path)
     server.listen(128)

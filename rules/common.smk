@@ -39,10 +39,16 @@ def cached_kernel_fingerprint(kernel: str) -> str:
     return kernel_fingerprint(kernel)
 
 
-def cell_threads(wildcards) -> int:
-    if GPUS:
-        # GPU cells: up to one per GPU at once, the cores shared between them.
-        return CFG["threads"] or max(1, workflow.cores // GPUS)
+# GPU cells ask for one GPU (the SLURM executor turns this into a GPU request); CPU cells ask for no
+# extra resource, which keeps Snakemake's per-job resource evaluation short.
+CELL_RESOURCES = {"gpu": 1} if GPUS else {}
+
+# A constant, not a function of the wildcards: Snakemake inspects and calls every function-valued
+# directive once per job, which is most of a 10,000-cell dry run's time.
+if GPUS:
+    # GPU cells: up to one per GPU at once, the cores shared between them.
+    CELL_THREADS = CFG["threads"] or max(1, workflow.cores // GPUS)
+else:
     # CPU cells take every core they are given one at a time, so concurrent cells never share cores
     # and skew each other's timings.
-    return CFG["threads"] or workflow.cores
+    CELL_THREADS = CFG["threads"] or workflow.cores

@@ -13,10 +13,10 @@ rule kernel_cell:
         settings=kernel_cell_settings,
         fingerprint=lambda wc: cached_kernel_fingerprint(wc.kernel),
         python=PYTHON,
-    threads: cell_threads
+    threads: CELL_THREADS
     resources:
-        gpu=1 if GPUS else 0,  # the SLURM executor turns this into a GPU request
+        **CELL_RESOURCES,
     shell:
+        # The row's cell_id (kernel/mask/dtype_direction_seqlen) is derived from the settings.
         "{params.python} -m longca run-cell --settings {params.settings:q} --threads {threads} {LIMIT_FLAGS} "
-        "--cell-id {wildcards.kernel}/{wildcards.mask}/{wildcards.dtype}_{wildcards.direction}_{wildcards.seqlen} "
         "--out {output} 2> {log}"

@@ -68,14 +68,16 @@ class Problem:
 
     def make_inputs(self, *, requires_grad: bool, seed: int | None = None):
         """Random q, k, v (never zeros: they hide unwritten outputs) and an upstream gradient."""
-        gen = torch.Generator(device="cpu").manual_seed(self.seed if seed is None else seed)
+        # Drawn on the problem's device: a 32K × 64-head problem is ~600M numbers, seconds on a CPU.
+        # The same seed gives the same inputs on the same kind of device.
+        gen = torch.Generator(device=self.device).manual_seed(self.seed if seed is None else seed)
         shape_q = (self.batch, self.seqlen, self.heads_q, self.head_dim)
         shape_kv = (self.batch, self.seqlen, self.heads_kv, self.head_dim)
 
         def rand(shape):
-            t = torch.randn(shape, generator=gen, dtype=torch.float32).to(self.device, self.dtype)
+            t = torch.randn(shape, generator=gen, dtype=torch.float32, device=self.device).to(self.dtype)
             return t.requires_grad_(requires_grad)
 
         q, k, v = rand(shape_q), rand(shape_kv), rand(shape_kv)
-        grad_out = torch.randn(shape_q, generator=gen, dtype=torch.float32).to(self.device, self.dtype)
+        grad_out = torch.randn(shape_q, generator=gen, dtype=torch.float32, device=self.device).to(self.dtype)
         return q, k, v, grad_out

@@ -24,8 +24,12 @@ BLOCK_SIZE = 128  # FlexAttention's default tile; the BlockMask's granularity
 
 @functools.lru_cache(maxsize=None)
 def _compiled():
+    import torch._functorch.config as functorch_config
     from torch.nn.attention.flex_attention import flex_attention
 
+    # A backward timed repeatedly replays one graph (retain_graph=True); AOTAutograd's buffer
+    # donation forbids that, so it is off (it only lets the backward reuse saved tensors' memory).
+    functorch_config.donated_buffer = False
     # dynamic=False: one specialised kernel per shape, as a training run would use.
     return torch.compile(flex_attention, dynamic=False)
 

@@ -19,12 +19,10 @@ import pyarrow.parquet as pq
 from .atomic import write_json_atomic  # noqa: F401 — re-exported: rows are written through results
 
 SCHEMA_VERSION = 1
+CP_SCHEMA_VERSION = 1
 
-KERNEL_SCHEMA = pa.schema([
-    ("schema_version", pa.int32()),
-    ("kind", pa.string()),
-    ("cell_id", pa.string()),
-    ("kernel", pa.string()),
+# Column groups both tables share (same names, types and meaning).
+_PROBLEM = [
     ("mask", pa.string()),
     ("pattern", pa.string()),
     ("seqlen", pa.int64()),
@@ -41,6 +39,8 @@ KERNEL_SCHEMA = pa.schema([
     ("warmup", pa.int32()),
     ("reps", pa.int32()),
     ("gate_seqlen", pa.int64()),
+]
+_OUTCOME = [
     ("status", pa.string()),
     ("reason", pa.string()),
     ("area", pa.int64()),
@@ -51,97 +51,58 @@ KERNEL_SCHEMA = pa.schema([
     ("p80_ms", pa.float64()),
     ("min_ms", pa.float64()),
     ("max_ms", pa.float64()),
-    ("tflops", pa.float64()),
-    ("tflops_p20", pa.float64()),
-    ("tflops_p80", pa.float64()),
-    ("peak_mem_bytes", pa.int64()),
-    ("gate_error", pa.float64()),
-    ("gate_tolerance", pa.float64()),
-    ("gate_detail", pa.string()),
-    ("notes", pa.string()),
-    ("device_name", pa.string()),
-    ("cpu_name", pa.string()),
-    ("cpu_threads", pa.int32()),
-    ("hostname", pa.string()),
-    ("torch_version", pa.string()),
-    ("cuda_version", pa.string()),
-    ("driver_version", pa.string()),
-    ("libraries", pa.string()),
-    ("slurm_job_id", pa.string()),
-    ("fingerprint", pa.string()),
-    ("wall_s", pa.float64()),
-    ("kernel_options", pa.string()),
-    ("gpu_slot", pa.string()),
-])
+]
+_GATE = [("gate_error", pa.float64()), ("gate_tolerance", pa.float64()), ("gate_detail", pa.string())]
+_SOFTWARE = [("torch_version", pa.string()), ("cuda_version", pa.string()), ("driver_version", pa.string())]
+_PROVENANCE = [("slurm_job_id", pa.string()), ("fingerprint", pa.string()), ("wall_s", pa.float64())]
+_ID = [("schema_version", pa.int32()), ("kind", pa.string()), ("cell_id", pa.string())]
 
-CP_SCHEMA_VERSION = 1
+KERNEL_SCHEMA = pa.schema(
+    _ID + [("kernel", pa.string())] + _PROBLEM + _OUTCOME + [
+        ("tflops", pa.float64()),
+        ("tflops_p20", pa.float64()),
+        ("tflops_p80", pa.float64()),
+        ("peak_mem_bytes", pa.int64()),
+    ] + _GATE + [
+        ("notes", pa.string()),
+        ("device_name", pa.string()),
+        ("cpu_name", pa.string()),
+        ("cpu_threads", pa.int32()),
+        ("hostname", pa.string()),
+    ] + _SOFTWARE + [("libraries", pa.string())] + _PROVENANCE + [
+        ("kernel_options", pa.string()),
+        ("gpu_slot", pa.string()),
+    ])
 
 # One row per CP cell: one strategy at one CP size on one mask, seqlen, direction and dtype.  A CP
 # step is as slow as its slowest rank, so the headline times are the slowest rank's (per iteration:
 # the max over ranks); per-rank lists (index = rank) keep the imbalance visible.
-CP_SCHEMA = pa.schema([
-    ("schema_version", pa.int32()),
-    ("kind", pa.string()),
-    ("cell_id", pa.string()),
-    ("strategy", pa.string()),
-    ("strategy_options", pa.string()),
-    ("cp_size", pa.int32()),
-    ("nodes", pa.int32()),
-    ("local_kernel", pa.string()),
-    ("layout", pa.string()),
-    ("mask", pa.string()),
-    ("pattern", pa.string()),
-    ("seqlen", pa.int64()),
-    ("direction", pa.string()),
-    ("dtype", pa.string()),
-    ("batch", pa.int32()),
-    ("heads_q", pa.int32()),
-    ("heads_kv", pa.int32()),
-    ("head_dim", pa.int32()),
-    ("mask_params", pa.string()),
-    ("mask_params_resolved", pa.string()),
-    ("seed", pa.int64()),
-    ("device", pa.string()),
-    ("warmup", pa.int32()),
-    ("reps", pa.int32()),
-    ("gate_seqlen", pa.int64()),
-    ("status", pa.string()),
-    ("reason", pa.string()),
-    ("area", pa.int64()),
-    ("density", pa.float64()),
-    ("flops", pa.float64()),
-    ("median_ms", pa.float64()),
-    ("p20_ms", pa.float64()),
-    ("p80_ms", pa.float64()),
-    ("min_ms", pa.float64()),
-    ("max_ms", pa.float64()),
-    ("rank_median_ms", pa.list_(pa.float64())),
-    ("rank_p20_ms", pa.list_(pa.float64())),
-    ("rank_p80_ms", pa.list_(pa.float64())),
-    ("tflops_per_gpu", pa.float64()),
-    ("tflops_per_gpu_p20", pa.float64()),
-    ("tflops_per_gpu_p80", pa.float64()),
-    ("peak_mem_bytes", pa.int64()),
-    ("rank_peak_mem_bytes", pa.list_(pa.int64())),
-    ("comm_bytes", pa.int64()),
-    ("rank_comm_bytes", pa.list_(pa.int64())),
-    ("rank_area", pa.list_(pa.int64())),
-    ("gate_error", pa.float64()),
-    ("gate_tolerance", pa.float64()),
-    ("gate_detail", pa.string()),
-    ("backend", pa.string()),
-    ("device_name", pa.string()),
-    ("cpu_name", pa.string()),
-    ("hostnames", pa.list_(pa.string())),
-    ("torch_version", pa.string()),
-    ("cuda_version", pa.string()),
-    ("driver_version", pa.string()),
-    ("nccl_version", pa.string()),
-    ("libraries", pa.string()),
-    ("slurm_job_id", pa.string()),
-    ("fingerprint", pa.string()),
-    ("wall_s", pa.float64()),
-])
+CP_SCHEMA = pa.schema(
+    _ID + [
+        ("strategy", pa.string()),
+        ("strategy_options", pa.string()),
+        ("cp_size", pa.int32()),
+        ("nodes", pa.int32()),
+        ("local_kernel", pa.string()),
+        ("layout", pa.string()),
+    ] + _PROBLEM + _OUTCOME + [
+        ("rank_median_ms", pa.list_(pa.float64())),
+        ("rank_p20_ms", pa.list_(pa.float64())),
+        ("rank_p80_ms", pa.list_(pa.float64())),
+        ("tflops_per_gpu", pa.float64()),
+        ("tflops_per_gpu_p20", pa.float64()),
+        ("tflops_per_gpu_p80", pa.float64()),
+        ("peak_mem_bytes", pa.int64()),
+        ("rank_peak_mem_bytes", pa.list_(pa.int64())),
+        ("comm_bytes", pa.int64()),
+        ("rank_comm_bytes", pa.list_(pa.int64())),
+        ("rank_area", pa.list_(pa.int64())),
+    ] + _GATE + [
+        ("backend", pa.string()),
+        ("device_name", pa.string()),
+        ("cpu_name", pa.string()),
+        ("hostnames", pa.list_(pa.string())),
+    ] + _SOFTWARE + [("nccl_version", pa.string()), ("libraries", pa.string())] + _PROVENANCE)
 
 _VERSIONS = {id(KERNEL_SCHEMA): SCHEMA_VERSION, id(CP_SCHEMA): CP_SCHEMA_VERSION}
 

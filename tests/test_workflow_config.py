@@ -1,6 +1,10 @@
 """Config keys of the workflow: per-kernel options, limits, isolation, GPUs, CP axes."""
 
+import os
+import subprocess
+
 import pytest
+from snakemake_run import command, snakemake, write_config
 
 from longca.config import ConfigError, cell_limits, cell_settings, validate
 
@@ -42,3 +46,27 @@ def test_bad_workflow_keys_are_named(bad, named):
     with pytest.raises(ConfigError) as err:
         validate({**BASE, **bad})
     assert named in str(err.value)
+
+
+@pytest.mark.slow
+def test_snakemake_stops_on_a_bad_option_before_any_job(tmp_path):
+    write_config(tmp_path, {**BASE, "kernel_options": {"test_sleep": {"secs": 1}}})
+    proc = snakemake(tmp_path, "all")
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "config.kernel_options.test_sleep" in out and "'secs'" in out
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow
+def test_gpu_cells_get_a_gpu_each_and_share_the_cores(tmp_path):
+    """N visible GPUs: each GPU cell asks for one GPU and cores/N threads, so N run at once."""
+    write_config(tmp_path, {**BASE, "kernels": ["sdpa"], "device": "cuda", "seqlens": [64, 128], "directions": ["fwd"]})
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="3,5")
+    proc = subprocess.run(command(tmp_path, "all", "-n", cores=4), env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert out.count("gpu=1") == 2 and out.count("threads: 2") == 2
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    proc = subprocess.run(command(tmp_path, "all", "-n", cores=4), env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and "config.device: cuda, but no GPU is visible" in proc.stdout + proc.stderr

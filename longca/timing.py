@@ -48,6 +48,15 @@ def summarize(samples_ms: list[float], peak_mem_bytes: int | None = None) -> Tim
 def measure(run: Callable[[], object], *, device: torch.device, warmup: int, reps: int,
             setup: Callable[[], object] | None = None, flush_l2: bool = True) -> Timing:
     """Time ``run`` ``reps`` times after ``warmup`` untimed calls; ``setup`` runs untimed before each."""
+    return summarize(*sample(run, device=device, warmup=warmup, reps=reps, setup=setup, flush_l2=flush_l2))
+
+
+def sample(run: Callable[[], object], *, device: torch.device, warmup: int, reps: int,
+           setup: Callable[[], object] | None = None, flush_l2: bool = True) -> tuple[list[float], int | None]:
+    """The per-iteration times (ms) behind ``measure`` and the peak memory (CUDA; else None).
+
+    CP cells need the samples themselves: a step is as slow as its slowest rank, iteration by
+    iteration."""
     if reps < 1 or warmup < 0:
         raise ValueError(f"need reps >= 1 and warmup >= 0, got reps={reps}, warmup={warmup}")
     for _ in range(warmup):
@@ -55,7 +64,7 @@ def measure(run: Callable[[], object], *, device: torch.device, warmup: int, rep
             setup()
         run()
     if device.type == "cuda":
-        return _measure_cuda(run, device, reps, setup, flush_l2)
+        return _sample_cuda(run, device, reps, setup, flush_l2)
     samples = []
     for _ in range(reps):
         if setup:
@@ -63,10 +72,10 @@ def measure(run: Callable[[], object], *, device: torch.device, warmup: int, rep
         start = time.perf_counter()
         run()
         samples.append((time.perf_counter() - start) * 1e3)
-    return summarize(samples)
+    return samples, None
 
 
-def _measure_cuda(run, device, reps, setup, flush_l2) -> Timing:
+def _sample_cuda(run, device, reps, setup, flush_l2) -> tuple[list[float], int]:
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=device) if flush_l2 else None
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
@@ -87,4 +96,4 @@ def _measure_cuda(run, device, reps, setup, flush_l2) -> Timing:
     peak_kernel = peak - (flush.numel() if flush is not None else 0)
     del flush
     samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-    return summarize(samples, max(peak_kernel, base))
+    return samples, max(peak_kernel, base)

@@ -68,6 +68,11 @@ class Kernel:
                 prepared: dict[str, Any]) -> torch.Tensor:
         raise NotImplementedError
 
+    def lse_ops(self, device: torch.device):
+        """Block attention with its log-sum-exp (``longca.kernels._lse_ops.LseOps``) on ``device``, for
+        CP strategies that merge partial blocks; None when this kernel exposes no such entry point."""
+        return None
+
     def notes(self, prepared: dict[str, Any]) -> dict[str, Any]:
         """What the row should say about how this kernel ran (JSON-serialisable)."""
         return {k: v for k, v in prepared.items() if isinstance(v, (str, int, float, bool))}

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..masks import SliceKind
+from . import _lse_ops
 from ..problem import Problem
 from . import register
 from .base import Kernel
@@ -34,6 +35,17 @@ def _native_mode(problem: Problem) -> str | None:
     return None
 
 
+# The aten entry point that returns the LSE, per (backend, device type): what CP strategies use.
+_LSE_OPS = {
+    (SDPBackend.MATH, "cpu"): _lse_ops.MathOps(),
+    (SDPBackend.MATH, "cuda"): _lse_ops.MathOps(),
+    (SDPBackend.FLASH_ATTENTION, "cpu"): _lse_ops.CpuFlashOps(),
+    (SDPBackend.FLASH_ATTENTION, "cuda"): _lse_ops.CudaFlashOps(),
+    (SDPBackend.EFFICIENT_ATTENTION, "cuda"): _lse_ops.EfficientOps(),
+    (SDPBackend.CUDNN_ATTENTION, "cuda"): _lse_ops.CudnnOps(),
+}
+
+
 class SDPA(Kernel):
     def __init__(self, name: str, backend: SDPBackend | None, description: str, *,
                  devices=("cpu", "cuda"), dense_mask: bool = True, gqa: bool = True):
@@ -48,6 +60,9 @@ class SDPA(Kernel):
         if _native_mode(problem) is None and not self.dense_mask:
             return f"{self.name} takes no attn_mask tensor and mask {problem.mask_name!r} is not full/causal"
         return None
+
+    def lse_ops(self, device: torch.device):
+        return _LSE_OPS.get((self.backend, torch.device(device).type))
 
     def prepare(self, problem: Problem) -> dict[str, Any]:
         mode = _native_mode(problem)

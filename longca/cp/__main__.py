@@ -1,0 +1,51 @@
+"""``torchrun … -m longca.cp --settings JSON --out ROW.json``: one CP cell, every rank measuring.
+
+The process group is gloo on CPU and NCCL on CUDA, with the cell's time limit as its collective
+timeout, so a hung collective ends as a ``timeout`` row instead of a hung pipeline (the launcher,
+``longca cp-cell``, also kills the whole job past the limit and writes the row itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+
+from ..atomic import write_json_atomic
+from .runner import CPSpec, run_cell
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m longca.cp")
+    parser.add_argument("--settings", required=True, help="the cell's resolved settings (JSON)")
+    parser.add_argument("--out", required=True, help="where rank 0 writes the row")
+    parser.add_argument("--cell-id", default=None)
+    parser.add_argument("--fingerprint", default=None)
+    parser.add_argument("--timeout", type=float, default=600.0, help="collective timeout, seconds")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads per rank")
+    args = parser.parse_args(argv)
+    spec = CPSpec.from_dict(json.loads(args.settings))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    backend = "nccl" if spec.device == "cuda" else "gloo"
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
+    try:
+        row = run_cell(spec)
+        if row is not None:
+            row["cell_id"] = args.cell_id
+            row["fingerprint"] = args.fingerprint
+            write_json_atomic(row, args.out)
+            print(f"{args.cell_id}: {row['status']}"
+                  + (f" {row['tflops_per_gpu']:.3f} TFLOPs/s per GPU" if row["status"] == "ok"
+                     else f" ({row['reason']})"), file=sys.stderr)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""What every CP strategy is: planned for a mask on a process group, then dispatch / attention /
+undispatch (DESIGN.md's contract).
+
+A strategy is built on a process group (``build``), planned for one problem (``plan``: the layout,
+the blocks each rank computes, their pieces: all untimed), then used as
+
+    q_local = strategy.dispatch(q_global)            # this rank's shard, (b, s_local, h, d)
+    out_local = strategy.attention(q_local, k_local, v_local)   # autograd-capable
+    out_global = strategy.undispatch(out_local)       # every rank gets the whole tensor
+
+Subclasses implement ``_forward(q, k, v) -> (out, saved)`` and ``_backward(dout, saved) ->
+(dq, dk, dv)``; the autograd plumbing is here, once.  ``comm_bytes`` counts what this rank sends;
+``rank_area`` is the number of (query, key) pairs this rank computes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..masks import AttnMask
+
+
+class Unsupported(Exception):
+    """This strategy cannot run this problem; the message is the row's reason."""
+
+
+class Strategy:
+    name: str = ""
+    description: str = ""
+    # Options a strategy accepts from config (cp_options: {<name>: {...}}) and their defaults.
+    options: dict[str, Any] = {"local_kernel": "sdpa_flash", "layout": "auto"}
+
+    def __init__(self, group: dist.ProcessGroup | None = None, options: dict[str, Any] | None = None):
+        unknown = sorted(set(options or {}) - set(self.options))
+        if unknown:
+            raise ValueError(f"CP strategy {self.name!r} has no option {', '.join(map(repr, unknown))} "
+                             f"(it accepts: {', '.join(sorted(self.options))})")
+        self.opts = {**self.options, **(options or {})}
+        self.group = group
+        self.world = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        self.comm_bytes = 0
+        self.rank_area = 0
+        self.layout = None
+        self.notes: dict[str, Any] = {}
+
+    # --- planning ------------------------------------------------------------------------------
+    def plan(self, mask: AttnMask, heads_q: int, heads_kv: int, head_dim: int, device: torch.device,
+             dtype: torch.dtype) -> None:
+        """Prepare everything untimed; raise Unsupported with the reason when this cannot run."""
+        raise NotImplementedError
+
+    # --- the contract --------------------------------------------------------------------------
+    def dispatch(self, x_global: torch.Tensor) -> torch.Tensor:
+        return self.layout.dispatch(x_global, self.rank)
+
+    def undispatch(self, x_local: torch.Tensor) -> torch.Tensor:
+        gathered = [torch.empty_like(x_local) for _ in range(self.world)]
+        dist.all_gather(gathered, x_local.contiguous(), group=self.group)
+        return self.layout.assemble(gathered)
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return _Attention.apply(self, q, k, v)
+
+    # --- what subclasses write -----------------------------------------------------------------
+    def _forward(self, q, k, v) -> tuple[torch.Tensor, tuple]:
+        raise NotImplementedError
+
+    def _backward(self, dout, saved: tuple):
+        raise NotImplementedError
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, strategy: Strategy, q, k, v):
+        out, saved = strategy._forward(q, k, v)
+        ctx.strategy = strategy
+        ctx.save_for_backward(*saved)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        dq, dk, dv = ctx.strategy._backward(dout.contiguous(), ctx.saved_tensors)
+        return None, dq, dk, dv

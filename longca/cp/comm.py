@@ -1,0 +1,87 @@
+"""Collectives and point-to-point transfers on one process group, counting the bytes this rank sends.
+
+The count is the payload this rank puts on the wire in the algorithm's logical pattern (a P2P send:
+its size; all-gather / all-to-all / reduce-scatter: the (W-1)/W of the data that leaves the rank),
+so strategies compare on what they move, independent of how NCCL or gloo schedules it.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+
+
+class Comm:
+    def __init__(self, group: dist.ProcessGroup | None, owner=None):
+        self.group = group
+        self.size = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        self.global_ranks = [dist.get_global_rank(group, r) if group is not None else r
+                             for r in range(self.size)]
+        self.owner = owner  # the strategy whose comm_bytes this adds to
+
+    def _count(self, nbytes: int) -> None:
+        if self.owner is not None:
+            self.owner.comm_bytes += int(nbytes)
+
+    # --- point to point ------------------------------------------------------------------------
+    def exchange(self, sends: Sequence[torch.Tensor], to: int, recvs: Sequence[torch.Tensor], frm: int):
+        """Post sends of ``sends`` to group rank ``to`` and receives into ``recvs`` from ``frm``;
+        returns the works to wait on (the caller overlaps compute in between)."""
+        ops = [dist.P2POp(dist.isend, t, self.global_ranks[to], self.group) for t in sends]
+        ops += [dist.P2POp(dist.irecv, t, self.global_ranks[frm], self.group) for t in recvs]
+        self._count(sum(t.numel() * t.element_size() for t in sends))
+        return dist.batch_isend_irecv(ops)
+
+    @staticmethod
+    def wait(works) -> None:
+        for w in works or ():
+            w.wait()
+
+    # --- collectives ---------------------------------------------------------------------------
+    def all_gather(self, x: torch.Tensor) -> torch.Tensor:
+        """``(W, *x.shape)``: every rank's ``x``."""
+        x = x.contiguous()
+        # Gathered along dim 0 (gloo checks the output as W copies of x stacked on dim 0).
+        out = x.new_empty((self.size * x.shape[0],) + tuple(x.shape[1:]))
+        dist.all_gather_into_tensor(out, x, group=self.group)
+        self._count((self.size - 1) * x.numel() * x.element_size())
+        return out.view((self.size,) + tuple(x.shape))
+
+    def reduce_scatter(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` is ``(W, ...)``; returns the sum over ranks of ``x[this rank]``."""
+        x = x.contiguous()
+        out = x.new_empty(tuple(x.shape[1:]))
+        dist.reduce_scatter_tensor(out, x.view((-1,) + tuple(x.shape[2:])), op=dist.ReduceOp.SUM,
+                                   group=self.group)
+        self._count((self.size - 1) * out.numel() * out.element_size())
+        return out
+
+    def all_to_all(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` is ``(W, ...)``: part j goes to rank j; returns ``(W, ...)`` with part j from rank j."""
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        dist.all_to_all_single(out, x, group=self.group)
+        self._count((self.size - 1) * x[0].numel() * x.element_size())
+        return out
+
+
+def grid_groups(world: int, inner: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Rank lists of a 2-D layout: ``inner`` consecutive ranks per inner group, strided outer groups."""
+    if world % inner:
+        raise ValueError(f"inner degree {inner} does not divide {world} ranks")
+    inner_groups = [list(range(i, i + inner)) for i in range(0, world, inner)]
+    outer_groups = [list(range(j, world, inner)) for j in range(inner)]
+    return inner_groups, outer_groups
+
+
+def new_subgroup(groups: list[list[int]], rank: int) -> dist.ProcessGroup:
+    """Create every group of the partition (all ranks must call this alike); return ``rank``'s."""
+    mine = None
+    for ranks in groups:
+        g = dist.new_group(ranks)
+        if rank in ranks:
+            mine = g
+    return mine

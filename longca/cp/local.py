@@ -1,0 +1,168 @@
+"""One CP block on one rank: its slices computed by a registry kernel, merged by log-sum-exp.
+
+``Piece``s are what a fused kernel can take in one call: a FULL rectangle, a square causal
+triangle, or (where the kernel accepts a mask tensor) a small dense pattern for the diagonal
+pieces sliding windows leave.  ``BlockAttention`` runs the pieces of a block through the kernel's
+LSE entry point (``Kernel.lse_ops``) and folds each into float32 accumulators with a guarded
+log-sum-exp merge; its backward takes the *global* output and LSE, so each block's dq/dk/dv are
+exact shares of the full gradient (rows that attend no key at all get zero gradient, never NaN).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from .. import kernels
+from ..masks import AttnSlice, SliceKind
+from .base import Unsupported
+
+
+@dataclass(frozen=True)
+class Piece:
+    q0: int
+    q1: int
+    k0: int
+    k1: int
+    mode: str                            # "full", "causal" (square) or "bias"
+    pattern: Optional[AttnSlice] = None  # for "bias": the slice whose dense pattern is the mask
+
+    @property
+    def area(self) -> int:
+        if self.mode == "full":
+            return (self.q1 - self.q0) * (self.k1 - self.k0)
+        if self.mode == "causal":
+            n = self.q1 - self.q0
+            return n * (n + 1) // 2
+        return self.pattern.area()
+
+
+def to_pieces(slices: Sequence[AttnSlice], modes: frozenset[str], kernel: str) -> tuple[Piece, ...]:
+    """Split slices into pieces ``modes`` expresses; Unsupported (naming the kind) otherwise."""
+    out: list[Piece] = []
+    for s in slices:
+        if s.kind is SliceKind.FULL:
+            out.append(Piece(s.q_start, s.q_end, s.k_start, s.k_end, "full"))
+        elif s.kind is SliceKind.CAUSAL and "causal" in modes:
+            # Bottom-right causal = a full rectangle of the extra keys + a square triangle; with
+            # fewer keys than queries the top rows see nothing.
+            if s.lk >= s.lq:
+                split = s.k_start + s.lk - s.lq
+                if split > s.k_start:
+                    out.append(Piece(s.q_start, s.q_end, s.k_start, split, "full"))
+                out.append(Piece(s.q_start, s.q_end, split, s.k_end, "causal"))
+            else:
+                out.append(Piece(s.q_end - s.lk, s.q_end, s.k_start, s.k_end, "causal"))
+        elif "bias" in modes:
+            out.append(Piece(s.q_start, s.q_end, s.k_start, s.k_end, "bias", s))
+        else:
+            raise Unsupported(f"local kernel {kernel} takes no mask tensor, and this mask leaves "
+                              f"{s.kind.value} pieces in a CP block")
+    return tuple(out)
+
+
+def merge_into(acc_out: torch.Tensor, acc_lse: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
+    """Fold a partial ``(out, lse)`` into float32 accumulators, in place.
+
+    ``acc_out``/``out``: ``(b, h, s, d)``; ``acc_lse``/``lse``: ``(b, h, s)``.  Rows that have seen no
+    key yet carry ``lse = -inf``; the shift below is guarded so -inf - -inf never makes a NaN."""
+    hi = torch.maximum(acc_lse, lse)
+    shift = torch.where(torch.isinf(hi), torch.zeros_like(hi), hi)
+    w_acc = torch.exp(acc_lse - shift)
+    w_new = torch.exp(lse - shift)
+    total = w_acc + w_new
+    acc_out.mul_((w_acc / total.clamp_min(torch.finfo(total.dtype).tiny)).unsqueeze(-1))
+    acc_out.add_(out.float() * (w_new / total.clamp_min(torch.finfo(total.dtype).tiny)).unsqueeze(-1))
+    acc_lse.copy_(shift + torch.log(total))
+
+
+class BlockAttention:
+    """A registry kernel's LSE entry point on ``(b, s, h, d)`` tensors with GQA."""
+
+    def __init__(self, kernel: str, device: torch.device, heads_q: int, heads_kv: int, head_dim: int,
+                 scale: float | None = None):
+        adapter = kernels.get(kernel)
+        missing = adapter.available()
+        if missing:
+            raise Unsupported(f"local kernel {kernel}: {missing}")
+        ops = adapter.lse_ops(torch.device(device))
+        if ops is None:
+            raise Unsupported(f"local kernel {kernel} exposes no attention-with-LSE entry point on "
+                              f"{torch.device(device).type} (CP strategies merge partial blocks by LSE)")
+        self.kernel, self.ops, self.modes = kernel, ops, ops.modes
+        self.group = heads_q // heads_kv
+        self.scale = head_dim ** -0.5 if scale is None else scale
+
+    def pieces(self, slices: Sequence[AttnSlice]) -> tuple[Piece, ...]:
+        return to_pieces(slices, self.modes, self.kernel)
+
+    # Layout helpers: kernels take (b, h, s, d) with as many KV heads as query heads.
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        return x.transpose(1, 2)
+
+    def _expand(self, kv: torch.Tensor) -> torch.Tensor:
+        kv = kv.transpose(1, 2)
+        return kv.repeat_interleave(self.group, dim=1) if self.group > 1 else kv
+
+    def _fold(self, grad: torch.Tensor) -> torch.Tensor:
+        """Gradient w.r.t. expanded KV heads → w.r.t. the real ones, back in ``(b, s, h, d)``."""
+        if self.group > 1:
+            b, h, s, d = grad.shape
+            grad = grad.view(b, h // self.group, self.group, s, d).sum(2)
+        return grad.transpose(1, 2).contiguous()  # sent over P2P / collectives as is
+
+    def _bias(self, piece: Piece, device, dtype=torch.float32):
+        allowed = piece.pattern.dense().to(device)
+        return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, float("-inf"))
+
+    def new_accumulators(self, q: torch.Tensor):
+        b, s, h, d = q.shape
+        out = torch.zeros(b, h, s, d, dtype=torch.float32, device=q.device)
+        lse = torch.full((b, h, s), float("-inf"), dtype=torch.float32, device=q.device)
+        return out, lse
+
+    def forward(self, q, k, v, pieces: Sequence[Piece], acc) -> None:
+        """Add the block ``q × (k, v)`` restricted to ``pieces`` into ``acc`` (from new_accumulators)."""
+        if not pieces:
+            return
+        acc_out, acc_lse = acc
+        qh, kh, vh = self._heads(q), self._expand(k), self._expand(v)
+        for p in pieces:
+            bias = self._bias(p, q.device) if p.mode == "bias" else None
+            out, lse = self.ops.forward(qh[:, :, p.q0:p.q1], kh[:, :, p.k0:p.k1], vh[:, :, p.k0:p.k1],
+                                        p.mode == "causal", bias, self.scale)
+            merge_into(acc_out[:, :, p.q0:p.q1], acc_lse[:, :, p.q0:p.q1], out, lse)
+
+    @staticmethod
+    def finish(acc, dtype: torch.dtype):
+        """Accumulators → ``(out (b, s, h, d) in dtype, lse (b, h, s) float32)``."""
+        out, lse = acc
+        return out.transpose(1, 2).to(dtype).contiguous(), lse
+
+    @staticmethod
+    def backward_lse(lse: torch.Tensor) -> torch.Tensor:
+        """The LSE a backward kernel is given: rows with no key get +inf, so exp(s - lse) = 0."""
+        return torch.where(torch.isneginf(lse), torch.full_like(lse, float("inf")), lse)
+
+    def backward(self, dout, q, k, v, out, lse_bwd, pieces: Sequence[Piece], dq_acc: torch.Tensor):
+        """This block's dq added into ``dq_acc`` (float32, ``(b, h, s, d)``); returns its (dk, dv) in
+        float32 ``(b, s, h_kv, d)``, or None when the block attends nothing."""
+        if not pieces:
+            return None
+        qh, kh, vh = self._heads(q), self._expand(k), self._expand(v)
+        doh, oh = self._heads(dout), self._heads(out)
+        b, h, sk, d = kh.shape
+        dk = torch.zeros(b, h, sk, d, dtype=torch.float32, device=q.device)
+        dv = torch.zeros_like(dk)
+        for p in pieces:
+            bias = self._bias(p, q.device) if p.mode == "bias" else None
+            gq, gk, gv = self.ops.backward(doh[:, :, p.q0:p.q1], qh[:, :, p.q0:p.q1], kh[:, :, p.k0:p.k1],
+                                           vh[:, :, p.k0:p.k1], oh[:, :, p.q0:p.q1],
+                                           lse_bwd[:, :, p.q0:p.q1].contiguous(), p.mode == "causal", bias,
+                                           self.scale)
+            dq_acc[:, :, p.q0:p.q1] += gq.float()
+            dk[:, :, p.k0:p.k1] += gk.float()
+            dv[:, :, p.k0:p.k1] += gv.float()
+        return self._fold(dk), self._fold(dv)

@@ -1,0 +1,261 @@
+"""One CP cell, measured by every rank of a ``torchrun`` job; rank 0 writes the row.
+
+Each rank: build the strategy on the default process group, check it against the exact reference on
+a reduced problem of the same mask family (all ranks agree before anything is timed), then time its
+forward or backward on the full problem.  Iterations start together (a barrier, untimed), and a
+CP step is as slow as its slowest rank, so the headline time is the median over iterations of the
+per-iteration maximum over ranks; each rank's own quantiles are kept too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .. import env, reference, timing
+from ..cell import _relative_error, is_oom
+from ..flops import attention_flops
+from ..problem import Problem, parse_dtype
+from . import build
+from .base import Unsupported
+
+# The gate's tolerances on ‖x − ref‖ / ‖ref‖ (float64 reference), per dtype.  Partial blocks are
+# merged in float32, so fp32 keeps TF32-class error; bf16 pays one rounding of every operand and of
+# each block's output before the merge, and gradients sum over the whole sequence.
+CP_GATE_TOLERANCE = {
+    "fwd": {torch.float64: 1e-9, torch.float32: 1e-3, torch.float16: 5e-3, torch.bfloat16: 2e-2},
+    "bwd": {torch.float64: 1e-9, torch.float32: 2e-3, torch.float16: 1e-2, torch.bfloat16: 4e-2},
+}
+
+
+@dataclass(frozen=True)
+class CPSpec:
+    """Everything that determines a CP cell's number (besides the code)."""
+
+    strategy: str
+    mask: str
+    seqlen: int                 # total tokens; each rank holds seqlen / cp_size
+    cp_size: int
+    direction: str = "fwd"
+    dtype: str = "float32"
+    batch: int = 1
+    heads_q: int = 8
+    heads_kv: int = 8
+    head_dim: int = 64
+    mask_params: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    warmup: int = 2
+    reps: int = 5
+    gate_seqlen: int = 512
+    device: str = "cpu"
+    pattern: str | None = None
+    strategy_options: dict[str, Any] = field(default_factory=dict)
+
+    def problem(self, device: torch.device) -> Problem:
+        return Problem(self.pattern or self.mask, self.seqlen, self.batch, self.heads_q, self.heads_kv,
+                       self.head_dim, parse_dtype(self.dtype), device, self.direction, self.seed,
+                       dict(self.mask_params))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CPSpec":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown CP cell setting(s): {', '.join(unknown)}")
+        return cls(**data)
+
+
+def local_device(spec: CPSpec) -> torch.device:
+    if spec.device == "cuda":
+        index = int(os.environ.get("LOCAL_RANK", 0))
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+def _agree(reason: str | None) -> str | None:
+    """Every rank's reason (None = fine) → the first one any rank has, on every rank."""
+    reasons: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(reasons, reason)
+    return next((r for r in reasons if r), None)
+
+
+def _planned(spec: CPSpec, problem: Problem):
+    """The strategy planned for ``problem`` on every rank, or the reason (agreed by all ranks)."""
+    strategy, reason = None, None
+    try:
+        strategy = build(spec.strategy, None, spec.strategy_options)
+        strategy.plan(problem.mask, problem.heads_q, problem.heads_kv, problem.head_dim, problem.device,
+                      problem.dtype)
+    except Unsupported as exc:
+        reason = str(exc) or "unsupported"
+    return strategy, _agree(reason)
+
+
+def _local_inputs(strategy, problem: Problem, seed: int):
+    q, k, v, grad_out = problem.make_inputs(requires_grad=False, seed=seed)
+    local = [strategy.dispatch(t).requires_grad_(True) for t in (q, k, v)]
+    return (q, k, v, grad_out), local, strategy.dispatch(grad_out)
+
+
+def correctness_gate(spec: CPSpec, problem: Problem):
+    """(ok, worst error, tolerance, detail) on every rank, or raises Unsupported."""
+    strategy, reason = _planned(spec, problem)
+    if reason:
+        raise Unsupported(reason)
+    backward = problem.direction == "bwd"
+    (q, k, v, grad_out), (ql, kl, vl), gl = _local_inputs(strategy, problem, problem.seed + 1)
+    out_l = strategy.attention(ql, kl, vl)
+    tensors = {"out": strategy.undispatch(out_l.detach())}
+    if backward:
+        grads = torch.autograd.grad(out_l, (ql, kl, vl), gl)
+        tensors.update(dq=strategy.undispatch(grads[0]), dk=strategy.undispatch(grads[1]),
+                       dv=strategy.undispatch(grads[2]))
+    verdict = None
+    if dist.get_rank() == 0:
+        q64, k64, v64 = (t.detach().cpu().to(torch.float64).requires_grad_(backward) for t in (q, k, v))
+        ref = reference.attention(q64, k64, v64, problem.mask)
+        refs = {"out": ref}
+        if backward:
+            refs.update(zip(("dq", "dk", "dv"),
+                            torch.autograd.grad(ref, (q64, k64, v64), grad_out.cpu().to(torch.float64))))
+        errors = {n: _relative_error(tensors[n].cpu(), refs[n]) for n in refs}
+        tol = CP_GATE_TOLERANCE[problem.direction][problem.dtype]
+        worst = max(errors.values())
+        detail = ", ".join(f"{n} {e:.2e}" for n, e in errors.items())
+        verdict = (worst <= tol, worst, tol,
+                   f"relative L2 error vs float64 reference at seqlen {problem.seqlen}: {detail} "
+                   f"(tolerance {tol:.0e})")
+    box = [verdict]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def time_strategy(spec: CPSpec, problem: Problem):
+    strategy, reason = _planned(spec, problem)
+    if reason:
+        raise Unsupported(reason)
+    _, (q, k, v), dout = _local_inputs(strategy, problem, problem.seed)
+    device = problem.device
+
+    def setup():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        dist.barrier()
+
+    if problem.direction == "bwd":
+        out = strategy.attention(q, k, v)
+
+        def run():
+            return torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+    else:
+        def run():
+            return strategy.attention(q, k, v)
+
+    # What one timed call sends, counted on an untimed call of its own.
+    strategy.comm_bytes = 0
+    run()
+    comm_bytes = strategy.comm_bytes
+    samples, peak = timing.sample(run, device=device, warmup=spec.warmup, reps=spec.reps, setup=setup)
+    return strategy, samples, peak, comm_bytes
+
+
+def _gather(value):
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, value)
+    return out
+
+
+def run_cell(spec: CPSpec) -> dict[str, Any] | None:
+    """Measure one CP cell on every rank; rank 0 returns the row, the others None."""
+    started = time.time()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    row: dict[str, Any] = {"kind": "cp", **dataclasses.asdict(spec), "status": "error", "reason": None}
+    row["mask_params"] = json.dumps(spec.mask_params, sort_keys=True)
+    row["strategy_options"] = json.dumps(spec.strategy_options, sort_keys=True)
+    row["tokens_per_rank"] = spec.seqlen // spec.cp_size
+    row["backend"] = dist.get_backend()
+    failure = None
+    device = torch.device("cpu")
+    try:
+        if world != spec.cp_size:
+            raise ValueError(f"cell wants cp_size {spec.cp_size}, torchrun started {world} ranks")
+        device = local_device(spec)
+        problem = spec.problem(device)
+        mask = problem.mask
+        row.update(area=mask.area(), density=mask.density(),
+                   flops=attention_flops(mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch),
+                   mask_params_resolved=json.dumps(dict(mask.params), sort_keys=True, default=str))
+        ok, err, tol, detail = correctness_gate(spec, problem.reduced(spec.gate_seqlen))
+        row.update(gate_error=err, gate_tolerance=tol, gate_detail=detail)
+        if not ok:
+            failure = ("wrong", detail)
+        else:
+            strategy, samples, peak, comm_bytes = time_strategy(spec, problem)
+            every = _gather({"samples": samples, "peak": peak, "comm": comm_bytes, "area": strategy.rank_area})
+            slowest = [max(r["samples"][i] for r in every) for i in range(len(samples))]
+            result = timing.summarize(slowest)
+            row.update({k: getattr(result, k) for k in ("median_ms", "p20_ms", "p80_ms", "min_ms", "max_ms")})
+            per_rank = [timing.summarize(r["samples"]) for r in every]
+            row["rank_median_ms"] = [t.median_ms for t in per_rank]
+            row["rank_p20_ms"] = [t.p20_ms for t in per_rank]
+            row["rank_p80_ms"] = [t.p80_ms for t in per_rank]
+            peaks = [r["peak"] for r in every]
+            row["rank_peak_mem_bytes"] = peaks if all(p is not None for p in peaks) else None
+            row["peak_mem_bytes"] = max(peaks) if row["rank_peak_mem_bytes"] else None
+            row["rank_comm_bytes"] = [r["comm"] for r in every]
+            row["comm_bytes"] = max(row["rank_comm_bytes"])
+            row["rank_area"] = [r["area"] for r in every]
+            row["layout"] = strategy.layout.name if strategy.layout else None
+            row["notes"] = json.dumps(strategy.notes, sort_keys=True, default=str)
+            per_gpu = row["flops"] / world
+            row["tflops_per_gpu"] = per_gpu / (result.median_ms * 1e-3) / 1e12
+            row["tflops_per_gpu_p20"] = per_gpu / (result.p80_ms * 1e-3) / 1e12
+            row["tflops_per_gpu_p80"] = per_gpu / (result.p20_ms * 1e-3) / 1e12
+            row["status"] = "ok"
+    except Unsupported as exc:
+        failure = ("unsupported", str(exc))
+    except Exception as exc:  # noqa: BLE001 — every failure becomes a row
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        if is_oom(exc):
+            failure = ("oom", text.splitlines()[0])
+        elif "timed out" in text.lower() or "timeout" in type(exc).__name__.lower():
+            failure = ("timeout", text)
+        else:
+            failure = ("error", text)
+    if failure:
+        row["status"], row["reason"] = failure
+    environment = env.collect(device)
+    row["local_kernel"] = (spec.strategy_options or {}).get("local_kernel") or _default_local_kernel(spec)
+    try:
+        hosts = _gather(environment["hostname"]) if failure is None or failure[0] != "timeout" else None
+    except Exception:  # noqa: BLE001 — a broken group still gets its row written
+        hosts = None
+    row.update({k: environment[k] for k in ("device_name", "cpu_name", "torch_version", "cuda_version",
+                                             "driver_version", "slurm_job_id")})
+    row["libraries"] = json.dumps(environment["libraries"], sort_keys=True)
+    row["hostnames"] = hosts or [environment["hostname"]]
+    row["nodes"] = len(set(row["hostnames"]))
+    row["nccl_version"] = (".".join(map(str, torch.cuda.nccl.version()))
+                           if device.type == "cuda" else None)
+    row["wall_s"] = time.time() - started
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return row if rank == 0 else None
+
+
+def _default_local_kernel(spec: CPSpec) -> str | None:
+    from . import get
+
+    try:
+        return get(spec.strategy).options.get("local_kernel")
+    except KeyError:
+        return None

@@ -1,9 +1,18 @@
-"""Figures from the results table (matplotlib, headless)."""
+"""Figures from the results tables (matplotlib, headless).
+
+Every builder takes the tables as pandas DataFrames and returns a ``matplotlib.figure.Figure``;
+``save`` writes it atomically.  Kernel figures come from ``results/kernels.parquet``, CP figures
+from ``results/cp.parquet`` (plus the kernel table for the single-GPU baseline), machine ceilings
+from ``results/ceilings.json`` (``longca.ceilings``).  A cell that did not produce a number is
+drawn where its bar or point would be, as its status's marker (``STATUS_MARKERS``); a wrong result
+is never drawn as a speed.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any, Iterable
 
 import matplotlib
 
@@ -11,56 +20,444 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+
+from .ceilings import matmul_ceiling  # noqa: E402
 
 # What a missing bar means, drawn where the bar would be.
 STATUS_MARKERS = {"unsupported": "X", "oom": "E", "wrong": "W", "error": "!", "timeout": "T"}
+STATUS_LABELS = {"unsupported": "unsupported", "oom": "out of memory", "wrong": "failed correctness",
+                 "error": "error / crashed", "timeout": "timed out"}
 DIRECTION_TITLES = {"fwd": "forward", "bwd": "backward"}
+DPI = 110
 
 
-def _seqlen_label(n: int) -> str:
+def seqlen_label(n: int) -> str:
+    n = int(n)
+    if n >= 1024 * 1024 and n % (1024 * 1024) == 0:
+        return f"{n // (1024 * 1024)}M"
     return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else str(n)
 
 
-def kernel_throughput_figure(df: pd.DataFrame, mask: str, out: str | os.PathLike) -> Path:
-    """TFLOPs/s by seqlen for one mask: grouped bars per kernel, forward and backward side by side."""
+def status_marker(status: str) -> str:
+    return STATUS_MARKERS.get(status, "?")
+
+
+def series_colors(names: Iterable[str]) -> dict[str, Any]:
+    """One stable colour per name (sorted), the same in every figure of a report."""
+    names = sorted(set(names))
+    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
+    return {name: cmap(i % cmap.N) for i, name in enumerate(names)}
+
+
+def _directions(df: pd.DataFrame) -> list[str]:
+    present = set(df["direction"]) if len(df) else set()
+    return [d for d in DIRECTION_TITLES if d in present] + sorted(present - set(DIRECTION_TITLES))
+
+
+def _dtypes(df: pd.DataFrame) -> list[str]:
+    return sorted(set(df["dtype"])) if len(df) else []
+
+
+def _panel_title(mask: str | None, direction: str, dtype: str, many_dtypes: bool) -> str:
+    parts = [mask] if mask else []
+    parts.append(DIRECTION_TITLES.get(direction, direction))
+    if many_dtypes:
+        parts.append(dtype)
+    return " — ".join(parts)
+
+
+def marker_legend_handles() -> list[Line2D]:
+    """Legend entries for the status markers (every status, so every figure's legend is the same)."""
+    return [Line2D([], [], linestyle="none", marker=f"${m}$", markersize=9, color="0.2",
+                   label=f"{m} = {STATUS_LABELS[s]}") for s, m in STATUS_MARKERS.items()]
+
+
+def _ceiling_line(ax, ceilings: dict | None, dtype: str, *, per: str = "") -> float | None:
+    entry = matmul_ceiling(ceilings, dtype)
+    if not entry:
+        return None
+    ax.axhline(entry["tflops"], color="0.25", linestyle="--", linewidth=1.2, zorder=1,
+               label=f"matmul ceiling{per}, {dtype}: {entry['tflops']:.3g} TFLOPs/s")
+    return float(entry["tflops"])
+
+
+def _empty_figure(message: str, title: str = "") -> Figure:
+    fig = plt.figure(figsize=(6, 2.2))
+    if title:
+        fig.suptitle(title)
+    fig.text(0.5, 0.5, message, ha="center", va="center", wrap=True, color="0.3")
+    return fig
+
+
+def _finish(fig: Figure, series: list) -> None:
+    """Legends to the right of the panels: the series (and ceiling lines) on top, the status markers
+    below (every status, so each figure's marker legend is the same)."""
+    fig.tight_layout()
+    if series:
+        fig.add_artist(fig.legend(handles=series, loc="upper left", bbox_to_anchor=(1.0, 0.98), frameon=False,
+                                  fontsize=8))
+    fig.legend(handles=marker_legend_handles(), loc="lower left", bbox_to_anchor=(1.0, 0.02), frameon=False,
+               fontsize=8, title="cell without a number", title_fontsize=8, alignment="left")
+
+
+# --- kernels ---------------------------------------------------------------------------------
+
+
+def kernel_throughput_figure(df: pd.DataFrame, mask: str, ceilings: dict | None = None,
+                             colors: dict | None = None) -> Figure:
+    """TFLOPs/s by seqlen for one mask: grouped bars per kernel; a panel per direction (and dtype).
+
+    Bars are the median, whiskers the p20–p80 spread; a cell without a number is its status marker
+    at the bar's place; the dashed line is the measured matmul ceiling of the dtype."""
     sub = df[df["mask"] == mask]
-    directions = [d for d in DIRECTION_TITLES if d in set(sub["direction"])] or ["fwd"]
+    if sub.empty:
+        return _empty_figure(f"no kernel cells for mask {mask}", title=mask)
+    colors = colors or series_colors(df["kernel"])
     kernels = sorted(sub["kernel"].unique())
-    seqlens = sorted(sub["seqlen"].unique())
-    fig, axes = plt.subplots(1, len(directions), figsize=(5.5 * len(directions), 3.8), squeeze=False)
+    seqlens = sorted(int(s) for s in sub["seqlen"].unique())
+    directions, dtypes = _directions(sub), _dtypes(sub)
+    ncols, nrows = len(directions), len(dtypes)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(max(5.5 * ncols, 1.1 * len(seqlens) * ncols + 2), 3.6 * nrows + 1),
+                             squeeze=False)
     width = 0.8 / max(len(kernels), 1)
     x = np.arange(len(seqlens))
-    for ax, direction in zip(axes[0], directions):
-        rows = sub[sub["direction"] == direction]
-        top = max(rows.loc[rows["status"] == "ok", "tflops"].max(skipna=True) if len(rows) else 0, 0) or 1.0
-        for i, kernel in enumerate(kernels):
-            offset = x - 0.4 + width * (i + 0.5)
-            for xi, seqlen in zip(offset, seqlens):
-                cell = rows[(rows["kernel"] == kernel) & (rows["seqlen"] == seqlen)]
-                if cell.empty:
-                    continue
-                r = cell.iloc[0]
-                if r["status"] == "ok":
-                    lo, hi = r["tflops"] - r["tflops_p20"], r["tflops_p80"] - r["tflops"]
-                    ax.bar(xi, r["tflops"], width, color=f"C{i}", yerr=[[max(lo, 0)], [max(hi, 0)]],
-                           capsize=2, label=kernel if seqlen == seqlens[0] else None)
-                else:
-                    ax.text(xi, top * 0.03, STATUS_MARKERS.get(r["status"], "?"), ha="center",
-                            va="bottom", color=f"C{i}", fontweight="bold")
-            ax.bar([], [], color=f"C{i}", label=None)
-        ax.set_xticks(x, [_seqlen_label(s) for s in seqlens])
-        ax.set_xlabel("sequence length")
-        ax.set_ylabel("TFLOPs/s (median, bars: p20–p80)")
-        ax.set_title(f"{mask} — {DIRECTION_TITLES[direction]}")
-        ax.set_ylim(0, top * 1.15)
-        ax.grid(axis="y", alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    legend_text = "  ".join(f"{m} = {s}" for s, m in STATUS_MARKERS.items())
-    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 6) or 1, frameon=False)
-    fig.text(0.5, 0.005, f"markers: {legend_text}", ha="center", fontsize=8)
-    fig.tight_layout(rect=(0, 0.04, 1, 0.9))
+    ceiling_handles = {}
+    for r, dtype in enumerate(dtypes):
+        for c, direction in enumerate(directions):
+            ax = axes[r][c]
+            rows = sub[(sub["direction"] == direction) & (sub["dtype"] == dtype)]
+            ok = rows[rows["status"] == "ok"]
+            ceiling = _ceiling_line(ax, ceilings, dtype)
+            top = max([float(ok["tflops_p80"].max()) if len(ok) and ok["tflops_p80"].notna().any() else 0.0,
+                       float(ok["tflops"].max()) if len(ok) else 0.0, ceiling or 0.0]) or 1.0
+            for i, kernel in enumerate(kernels):
+                for xi, seqlen in zip(x - 0.4 + width * (i + 0.5), seqlens):
+                    cell = rows[(rows["kernel"] == kernel) & (rows["seqlen"] == seqlen)]
+                    if cell.empty:
+                        continue
+                    row = cell.iloc[0]
+                    if row["status"] == "ok" and pd.notna(row["tflops"]):
+                        value = float(row["tflops"])
+                        lo = value - row["tflops_p20"] if pd.notna(row["tflops_p20"]) else 0.0
+                        hi = row["tflops_p80"] - value if pd.notna(row["tflops_p80"]) else 0.0
+                        ax.bar(xi, value, width, color=colors[kernel], yerr=[[max(lo, 0)], [max(hi, 0)]],
+                               capsize=2, ecolor="0.3", zorder=2)
+                    else:
+                        ax.text(xi, top * 0.02, status_marker(row["status"]), ha="center", va="bottom",
+                                color=colors[kernel], fontweight="bold", fontsize=11, zorder=3,
+                                gid=f"marker-{row['status']}")
+            ax.set_xticks(x, [seqlen_label(s) for s in seqlens])
+            ax.set_xlim(-0.5, len(seqlens) - 0.5)
+            ax.set_xlabel("sequence length (tokens)")
+            ax.set_ylabel("TFLOPs/s (median; whiskers p20–p80)")
+            ax.set_title(_panel_title(mask, direction, dtype, nrows > 1), fontsize=10)
+            ax.set_ylim(0, top * 1.12)
+            ax.grid(axis="y", alpha=0.3, zorder=0)
+            for h in ax.get_lines():
+                if h.get_label().startswith("matmul ceiling"):
+                    ceiling_handles.setdefault(h.get_label(), h)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[k], label=k) for k in kernels]
+    _finish(fig, handles + list(ceiling_handles.values()))
+    return fig
+
+
+def kernel_memory_figure(df: pd.DataFrame, mask: str, colors: dict | None = None) -> Figure:
+    """Peak device memory by seqlen per kernel for one mask; a panel per direction (and dtype).
+
+    Peak memory is recorded on GPU only; a CPU run gets a figure that says so."""
+    sub = df[df["mask"] == mask]
+    if sub.empty:
+        return _empty_figure(f"no kernel cells for mask {mask}", title=mask)
+    if not sub["peak_mem_bytes"].notna().any():
+        devices = ", ".join(sorted(set(sub["device"].dropna()))) or "unknown"
+        return _empty_figure(f"peak memory is recorded on GPU only; these cells ran on: {devices}",
+                             title=f"{mask} — peak memory")
+    colors = colors or series_colors(df["kernel"])
+    kernels = sorted(sub["kernel"].unique())
+    seqlens = sorted(int(s) for s in sub["seqlen"].unique())
+    directions, dtypes = _directions(sub), _dtypes(sub)
+    ncols, nrows = len(directions), len(dtypes)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.5 * ncols, 3.6 * nrows + 1), squeeze=False)
+    x = np.arange(len(seqlens))
+    for r, dtype in enumerate(dtypes):
+        for c, direction in enumerate(directions):
+            ax = axes[r][c]
+            rows = sub[(sub["direction"] == direction) & (sub["dtype"] == dtype)]
+            mem = rows.loc[rows["peak_mem_bytes"].notna(), "peak_mem_bytes"] / 2 ** 20
+            low = float(mem.min()) if len(mem) else 1.0
+            for i, kernel in enumerate(kernels):
+                kr = rows[rows["kernel"] == kernel].set_index("seqlen")
+                xs, ys = [], []
+                for xi, seqlen in zip(x, seqlens):
+                    if seqlen not in kr.index:
+                        continue
+                    row = kr.loc[seqlen]
+                    row = row.iloc[0] if isinstance(row, pd.DataFrame) else row
+                    if row["status"] == "ok" and pd.notna(row["peak_mem_bytes"]):
+                        xs.append(xi)
+                        ys.append(row["peak_mem_bytes"] / 2 ** 20)
+                    elif row["status"] != "ok":
+                        off = (i - (len(kernels) - 1) / 2) * 0.08
+                        ax.text(xi + off, low / 1.6, status_marker(row["status"]), ha="center", va="center",
+                                color=colors[kernel], fontweight="bold", fontsize=11,
+                                gid=f"marker-{row['status']}")
+                if xs:
+                    ax.plot(xs, ys, marker="o", color=colors[kernel], label=kernel, zorder=2)
+            ax.set_yscale("log")
+            ax.set_ylim(low / 2.5, (float(mem.max()) if len(mem) else 1.0) * 2)
+            ax.set_xticks(x, [seqlen_label(s) for s in seqlens])
+            ax.set_xlim(-0.5, len(seqlens) - 0.5)
+            ax.set_xlabel("sequence length (tokens)")
+            ax.set_ylabel("peak allocated memory (MiB)")
+            ax.set_title(_panel_title(mask, direction, dtype, nrows > 1), fontsize=10)
+            ax.grid(alpha=0.3, which="both")
+    _finish(fig, [Line2D([], [], color=colors[k], marker="o", label=k) for k in kernels])
+    return fig
+
+
+def best_per_kernel_mask(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (direction, dtype, kernel, mask): the best TFLOPs/s over seqlens, the seqlen it was at,
+    and the statuses of the cells that produced no number (``failed``: marker letters, sorted)."""
+    records = []
+    for (direction, dtype, kernel, mask), g in df.groupby(["direction", "dtype", "kernel", "mask"], sort=False):
+        ok = g[(g["status"] == "ok") & g["tflops"].notna()]
+        best = ok.loc[ok["tflops"].idxmax()] if len(ok) else None
+        failed = "".join(sorted({status_marker(s) for s in g["status"] if s != "ok"}))
+        records.append({"direction": direction, "dtype": dtype, "kernel": kernel, "mask": mask,
+                        "tflops": float(best["tflops"]) if best is not None else np.nan,
+                        "seqlen": int(best["seqlen"]) if best is not None else None,
+                        "failed": failed, "n_cells": len(g)})
+    return pd.DataFrame(records, columns=["direction", "dtype", "kernel", "mask", "tflops", "seqlen", "failed",
+                                          "n_cells"])
+
+
+def kernel_mask_matrix_figure(df: pd.DataFrame, masks: list[str] | None = None) -> Figure:
+    """Kernel × mask heatmap of the best TFLOPs/s over seqlens (a panel per direction and dtype).
+
+    Each cell says the best value and the length it was reached at; below it, the markers of the
+    lengths that produced no number.  A cell where nothing ran shows only its markers."""
+    if df.empty:
+        return _empty_figure("no kernel cells")
+    best = best_per_kernel_mask(df)
+    masks = [m for m in (masks or []) if m in set(df["mask"])] or list(dict.fromkeys(df["mask"]))
+    kernels = sorted(df["kernel"].unique())
+    directions, dtypes = _directions(df), _dtypes(df)
+    ncols, nrows = len(directions), len(dtypes)
+    cw, ch = max(0.95 * len(masks) + 2.6, 5.0), max(0.5 * len(kernels) + 1.6, 2.6)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(cw * ncols, ch * nrows + 0.6), squeeze=False)
+    cmap = plt.get_cmap("viridis").with_extremes(bad="#eeeeee")
+    for r, dtype in enumerate(dtypes):
+        for c, direction in enumerate(directions):
+            ax = axes[r][c]
+            panel = best[(best["direction"] == direction) & (best["dtype"] == dtype)].set_index(["kernel", "mask"])
+            grid = np.full((len(kernels), len(masks)), np.nan)
+            for i, k in enumerate(kernels):
+                for j, m in enumerate(masks):
+                    if (k, m) in panel.index:
+                        grid[i, j] = panel.loc[(k, m), "tflops"]
+            finite = grid[np.isfinite(grid)]
+            vmax = float(finite.max()) if finite.size else 1.0
+            image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=vmax, aspect="auto")
+            for i, k in enumerate(kernels):
+                for j, m in enumerate(masks):
+                    if (k, m) not in panel.index:
+                        ax.text(j, i, "–", ha="center", va="center", color="0.5", fontsize=8)
+                        continue
+                    cell = panel.loc[(k, m)]
+                    value, failed = grid[i, j], cell["failed"]
+                    dark = np.isfinite(value) and value < 0.6 * vmax
+                    color = "white" if dark else "black"
+                    if np.isfinite(value):
+                        text = f"{value:.3g}\n@{seqlen_label(cell['seqlen'])}" + (f"\n{failed}" if failed else "")
+                        ax.text(j, i, text, ha="center", va="center", color=color, fontsize=7, linespacing=1.1)
+                    else:
+                        ax.text(j, i, failed or "?", ha="center", va="center", color="#a11", fontsize=11,
+                                fontweight="bold", gid="marker-cell")
+            ax.set_xticks(range(len(masks)), masks, rotation=35, ha="right", fontsize=8)
+            ax.set_yticks(range(len(kernels)), kernels, fontsize=8)
+            ax.set_title(f"best TFLOPs/s — {_panel_title(None, direction, dtype, True)}", fontsize=10)
+            fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02).set_label("TFLOPs/s", fontsize=8)
+    _finish(fig, [])
+    return fig
+
+
+# --- context parallelism ---------------------------------------------------------------------
+
+BASELINE_KEYS = ["mask", "direction", "dtype", "batch", "heads_q", "heads_kv", "head_dim"]
+
+
+def tokens_per_rank(cp: pd.DataFrame) -> pd.Series:
+    """``tokens_per_rank`` where the table has it, else ``seqlen // cp_size``."""
+    derived = (cp["seqlen"] // cp["cp_size"]).astype("Int64") if len(cp) else pd.Series([], dtype="Int64")
+    if "tokens_per_rank" in cp.columns:
+        return cp["tokens_per_rank"].astype("Int64").fillna(derived)
+    return derived
+
+
+def cp_efficiency(cp: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
+    """CP rows with their single-GPU baseline: the kernel table's row for ``kernel == local_kernel``
+    with the same mask, direction, dtype and shapes at ``seqlen == tokens_per_rank``.
+
+    Adds ``tokens_per_rank``, ``baseline_tflops``, ``baseline_cell_id``, ``efficiency``
+    (``tflops_per_gpu / baseline_tflops``, only when both are numbers) and ``baseline_note`` (why
+    there is no efficiency, when there is none)."""
+    out = cp.copy()
+    out["tokens_per_rank"] = tokens_per_rank(cp)
+    out["baseline_tflops"] = np.nan
+    out["baseline_cell_id"] = None
+    out["efficiency"] = np.nan
+    out["baseline_note"] = None
+    if out.empty:
+        return out
+    keys = [k for k in BASELINE_KEYS if k in out.columns and k in kernels.columns]
+    index = {}
+    for row in kernels.itertuples(index=False):
+        key = (row.kernel, int(row.seqlen)) + tuple(getattr(row, k) for k in keys)
+        index.setdefault(key, row)
+    for i, row in out.iterrows():
+        tpr = row["tokens_per_rank"]
+        if pd.isna(tpr):
+            out.at[i, "baseline_note"] = "tokens per rank unknown"
+            continue
+        key = (row["local_kernel"], int(tpr)) + tuple(row[k] for k in keys)
+        base = index.get(key)
+        if base is None:
+            out.at[i, "baseline_note"] = (f"no single-GPU {row['local_kernel']} cell at {int(tpr)} tokens "
+                                          f"with the same mask, direction, dtype and shapes")
+            continue
+        out.at[i, "baseline_cell_id"] = base.cell_id
+        if base.status != "ok" or pd.isna(base.tflops):
+            out.at[i, "baseline_note"] = f"single-GPU cell {base.cell_id} is {base.status}"
+            continue
+        out.at[i, "baseline_tflops"] = float(base.tflops)
+        if row["status"] == "ok" and pd.notna(row["tflops_per_gpu"]):
+            out.at[i, "efficiency"] = float(row["tflops_per_gpu"]) / float(base.tflops)
+        else:
+            out.at[i, "baseline_note"] = f"the CP cell is {row['status']}"
+    return out
+
+
+def _series_key(row) -> str:
+    return f"{row['strategy']} ({row['local_kernel']})"
+
+
+def _cp_panels(sub: pd.DataFrame, value: str, ylabel: str, mask: str, *, colors: dict,
+               ceilings: dict | None = None, unit_line: float | None = None) -> Figure:
+    """Rows: direction (× dtype); columns: tokens per rank (the per-GPU work: the CP grid is weak
+    scaling, seqlen = tokens_per_rank · cp_size); x: cp_size; a line per strategy (and local kernel)."""
+    sub = sub.assign(tokens_per_rank=tokens_per_rank(sub))
+    per_rank = sorted(int(s) for s in sub["tokens_per_rank"].dropna().unique())
+    cp_sizes = sorted(int(s) for s in sub["cp_size"].unique())
+    directions, dtypes = _directions(sub), _dtypes(sub)
+    combos = [(d, t) for t in dtypes for d in directions]
+    nrows, ncols = len(combos), max(len(per_rank), 1)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(max(3.6 * ncols, 5.5), 3.2 * nrows + 1.2), squeeze=False)
+    x = {s: i for i, s in enumerate(cp_sizes)}
+    keys = sub.apply(_series_key, axis=1)
+    series = sorted(set(keys))
+    extra = {}
+    for r, (direction, dtype) in enumerate(combos):
+        for c, tokens in enumerate(per_rank):
+            ax = axes[r][c]
+            here = (sub["direction"] == direction) & (sub["dtype"] == dtype) & (sub["tokens_per_rank"] == tokens)
+            rows = sub[here]
+            ceiling = _ceiling_line(ax, ceilings, dtype, per=" per GPU") if ceilings else None
+            if unit_line is not None:
+                ax.axhline(unit_line, color="0.25", linestyle="--", linewidth=1.2, zorder=1,
+                           label="single-GPU kernel (efficiency 1)")
+            vals = rows.loc[rows[value].notna(), value]
+            top = max(float(vals.max()) if len(vals) else 0.0, ceiling or 0.0, unit_line or 0.0) or 1.0
+            for k, name in enumerate(series):
+                sr = rows[keys[here] == name]
+                pts = sr[(sr["status"] == "ok") & sr[value].notna()].sort_values("cp_size")
+                if len(pts):
+                    if value == "tflops_per_gpu":
+                        lo = (pts[value] - pts["tflops_per_gpu_p20"]).clip(lower=0).fillna(0)
+                        hi = (pts["tflops_per_gpu_p80"] - pts[value]).clip(lower=0).fillna(0)
+                        ax.errorbar([x[s] for s in pts["cp_size"]], pts[value], yerr=[lo, hi], marker="o",
+                                    color=colors[name], capsize=2, zorder=2)
+                    else:
+                        ax.plot([x[s] for s in pts["cp_size"]], pts[value], marker="o", color=colors[name],
+                                zorder=2)
+                off = (k - (len(series) - 1) / 2) * 0.12
+                for _, row in sr.iterrows():
+                    if row["status"] != "ok":
+                        ax.text(x[int(row["cp_size"])] + off, top * 0.03, status_marker(row["status"]),
+                                ha="center", va="bottom", color=colors[name], fontweight="bold", fontsize=11,
+                                gid=f"marker-{row['status']}")
+                    elif pd.isna(row[value]):
+                        ax.text(x[int(row["cp_size"])] + off, top * 0.03, "n/a", ha="center", va="bottom",
+                                color=colors[name], fontsize=7)
+            ax.set_xticks(range(len(cp_sizes)), [str(s) for s in cp_sizes])
+            ax.set_xlim(-0.5, len(cp_sizes) - 0.5)
+            ax.set_ylim(0, top * 1.15)
+            ax.set_xlabel("cp_size (GPUs)")
+            if c == 0:
+                ax.set_ylabel(ylabel)
+            title = f"{mask} — {DIRECTION_TITLES.get(direction, direction)}"
+            title += f" {dtype}" if len(dtypes) > 1 else ""
+            ax.set_title(f"{title}\n{seqlen_label(tokens)} tokens per GPU", fontsize=9)
+            ax.grid(alpha=0.3)
+            for h in ax.get_lines():
+                if h.get_label().startswith(("matmul ceiling", "single-GPU")):
+                    extra.setdefault(h.get_label(), h)
+    handles = [Line2D([], [], color=colors[s], marker="o", label=s) for s in series]
+    _finish(fig, handles + list(extra.values()))
+    return fig
+
+
+def cp_scaling_figure(cp: pd.DataFrame, mask: str, ceilings: dict | None = None) -> Figure:
+    """Per-GPU TFLOPs/s against cp_size, a line per strategy (and local kernel), for one mask."""
+    sub = cp[cp["mask"] == mask] if len(cp) else cp
+    if sub.empty:
+        return _empty_figure(f"no CP cells for mask {mask}", title=f"{mask} — CP scaling")
+    colors = series_colors(cp.apply(_series_key, axis=1))
+    return _cp_panels(sub, "tflops_per_gpu", "TFLOPs/s per GPU (median; p20–p80)", mask, colors=colors,
+                      ceilings=ceilings)
+
+
+def cp_efficiency_figure(cp: pd.DataFrame, kernels: pd.DataFrame, mask: str) -> Figure:
+    """Per-GPU TFLOPs/s divided by the single-GPU kernel's at the same tokens per GPU, for one mask."""
+    sub = cp[cp["mask"] == mask] if len(cp) else cp
+    if sub.empty:
+        return _empty_figure(f"no CP cells for mask {mask}", title=f"{mask} — CP efficiency")
+    eff = cp_efficiency(sub, kernels)
+    colors = series_colors(cp.apply(_series_key, axis=1))
+    fig = _cp_panels(eff, "efficiency", "per-GPU TFLOPs/s ÷ single-GPU", mask, colors=colors, unit_line=1.0)
+    if not eff["efficiency"].notna().any():
+        fig.text(0.5, 0.5, "no single-GPU baseline available\n(see the CP table's baseline column)",
+                 ha="center", va="center", color="0.3", fontsize=10)
+    return fig
+
+
+# --- output ----------------------------------------------------------------------------------
+
+
+def save(fig: Figure, out: str | os.PathLike, *, dpi: int = DPI) -> Path:
+    """Write the figure as PNG, atomically, and close it."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        fig.savefig(tmp, dpi=dpi, format="png", bbox_inches="tight", pad_inches=0.15)
+        os.replace(tmp, out)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
     return out
+
+
+def kernel_figures(df: pd.DataFrame, mask: str, throughput_out, memory_out, ceilings: dict | None = None) -> None:
+    """The per-mask kernel figures (what rule plot_kernel_mask writes)."""
+    colors = series_colors(df["kernel"]) if len(df) else {}
+    save(kernel_throughput_figure(df, mask, ceilings, colors=colors), throughput_out)
+    save(kernel_memory_figure(df, mask, colors=colors), memory_out)
+
+
+def cp_figures(cp: pd.DataFrame, kernels: pd.DataFrame, mask: str, scaling_out, efficiency_out,
+               ceilings: dict | None = None) -> None:
+    """The per-mask CP figures (what rule plot_cp_mask writes)."""
+    save(cp_scaling_figure(cp, mask, ceilings), scaling_out)
+    save(cp_efficiency_figure(cp, kernels, mask), efficiency_out)

@@ -1,66 +1,566 @@
-"""One self-contained HTML report: figures embedded as data URIs, every row in a table."""
+"""One self-contained HTML report that answers "which kernel, which CP strategy?".
+
+The first screen holds the answer (the best kernel per mask and direction, the best CP strategy
+per mask and CP size); below it every figure with a caption saying what was measured and how,
+every row in sortable, filterable tables, every failed cell with its reason, the methodology, the
+environment and the resolved configuration.  Figures are embedded as data URIs and the page
+loads nothing from anywhere else, so the one file can be shared and read offline.  Everything
+that comes from config, the environment or error messages goes through Jinja's autoescape.
+"""
 
 from __future__ import annotations
 
 import base64
+import datetime as _dt
+import importlib.metadata
 import json
 import os
+import platform
+import struct
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable, Iterable
 
 import jinja2
+import numpy as np
 import pandas as pd
+import yaml
+
+from .plots import DIRECTION_TITLES, STATUS_LABELS, STATUS_MARKERS, cp_efficiency, seqlen_label
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "workflow" / "templates"
-
-TABLE_COLUMNS = ["cell_id", "kernel", "mask", "seqlen", "direction", "dtype", "status", "tflops", "median_ms",
-                 "p20_ms", "p80_ms", "peak_mem_bytes", "area", "density", "gate_error", "reason"]
-
-
-def _data_uri(path: str | os.PathLike) -> str:
-    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode()
+STATUS_ORDER = ["ok", "unsupported", "oom", "wrong", "error", "timeout"]
+REPORT_PACKAGES = ("longca", "torch", "snakemake", "pandas", "pyarrow", "matplotlib", "jinja2")
 
 
-def _fmt(value) -> str:
-    if value is None or (isinstance(value, float) and pd.isna(value)):
+# --- formatting ------------------------------------------------------------------------------
+
+
+def _missing(value) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):  # lists, arrays
+        return False
+
+
+def fmt_number(value, digits: int = 4) -> str:
+    if _missing(value):
         return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    value = float(value)
+    if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e7):
+        return f"{value:.{max(digits - 1, 1)}e}"
+    return f"{value:.{digits}g}"
+
+
+def fmt_mib(value) -> str:
+    return "" if _missing(value) else f"{float(value) / 2 ** 20:.1f}"
+
+
+def fmt_text(value) -> str:
+    if _missing(value):
+        return ""
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return ", ".join(fmt_text(v) for v in value)
     return str(value)
 
 
-def best_per_mask(df: pd.DataFrame) -> list[dict]:
-    """The fastest correct kernel per (mask, direction), at the longest seqlen measured for it."""
-    ok = df[df["status"] == "ok"]
+def fmt_libraries(value) -> str:
+    """``{"triton": "3.5.0"}`` (a JSON string in the tables) → ``triton 3.5.0``."""
+    if _missing(value):
+        return ""
+    try:
+        libs = json.loads(value) if isinstance(value, str) else dict(value)
+    except (ValueError, TypeError):
+        return str(value)
+    return ", ".join(f"{k} {v}" for k, v in sorted(libs.items())) or "none"
+
+
+def _sort_key(value) -> str:
+    """The raw value the page's sorter compares (numbers as numbers, text as text, missing as '')."""
+    if _missing(value):
+        return ""
+    if isinstance(value, (bool, np.bool_)):
+        return str(int(value))
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return repr(float(value))
+    return fmt_text(value)
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    header: str
+    fmt: Callable[[Any], str] = fmt_text
+    title: str = ""
+    numeric: bool = False
+    wrap: bool = False  # long free text (reasons, JSON): wrapped within a bounded width
+
+
+KERNEL_COLUMNS = [
+    Column("cell_id", "cell_id", title="kernel/mask/dtype_direction_seqlen; the cell's row file and log are named so"),
+    Column("kernel", "kernel"), Column("mask", "mask"), Column("pattern", "pattern"),
+    Column("seqlen", "seqlen", fmt_number, numeric=True), Column("direction", "direction"), Column("dtype", "dtype"),
+    Column("status", "status"),
+    Column("tflops", "TFLOPs/s", fmt_number, "masked FLOPs / median time", True),
+    Column("tflops_p20", "TFLOPs/s p20", fmt_number, "throughput at the 80th percentile time", True),
+    Column("tflops_p80", "TFLOPs/s p80", fmt_number, "throughput at the 20th percentile time", True),
+    Column("median_ms", "median ms", fmt_number, numeric=True),
+    Column("p20_ms", "p20 ms", fmt_number, numeric=True), Column("p80_ms", "p80 ms", fmt_number, numeric=True),
+    Column("peak_mem_bytes", "peak MiB", fmt_mib, "peak allocated device memory (GPU only)", True),
+    Column("area", "area", fmt_number, "attended (query, key) pairs of the mask", True),
+    Column("density", "density", fmt_number, "area / seqlen²", True),
+    Column("flops", "FLOPs", fmt_number, "4 · area · heads_q · head_dim · batch (× 2.5 backward)", True),
+    Column("gate_error", "gate error", fmt_number, "worst relative L2 error vs the float64 reference", True),
+    Column("gate_tolerance", "gate tol.", fmt_number, numeric=True),
+    Column("wall_s", "cell wall s", fmt_number, "wall time of the whole cell (build, gate, timing)", True),
+    Column("notes", "notes", wrap=True), Column("kernel_options", "options", wrap=True),
+    Column("reason", "reason", wrap=True),
+]
+
+CP_COLUMNS = [
+    Column("cell_id", "cell_id", title="strategy/cp_size/mask/dtype_direction_seqlen"),
+    Column("strategy", "strategy"), Column("local_kernel", "local kernel"),
+    Column("cp_size", "cp_size", fmt_number, numeric=True), Column("nodes", "nodes", fmt_number, numeric=True),
+    Column("mask", "mask"), Column("seqlen", "seqlen", fmt_number, "tokens in all (every rank)", True),
+    Column("tokens_per_rank", "tokens/rank", fmt_number, numeric=True),
+    Column("direction", "direction"), Column("dtype", "dtype"), Column("status", "status"),
+    Column("tflops_per_gpu", "TFLOPs/s per GPU", fmt_number, "flops / median / cp_size", True),
+    Column("tflops_per_gpu_p20", "p20", fmt_number, numeric=True),
+    Column("tflops_per_gpu_p80", "p80", fmt_number, numeric=True),
+    Column("efficiency", "efficiency", fmt_number,
+           "per-GPU TFLOPs/s ÷ the single-GPU local kernel's at seqlen = tokens/rank", True),
+    Column("baseline_tflops", "1-GPU TFLOPs/s", fmt_number, numeric=True),
+    Column("baseline_cell_id", "1-GPU cell"), Column("baseline_note", "baseline note", wrap=True),
+    Column("median_ms", "median ms", fmt_number, "slowest rank per iteration, median over reps", True),
+    Column("peak_mem_bytes", "peak MiB", fmt_mib, "largest per-rank peak", True),
+    Column("comm_bytes", "comm MiB", fmt_mib, "most bytes any rank sent per step", True),
+    Column("imbalance", "area max/mean", fmt_number, "max over mean of each rank's attended pairs", True),
+    Column("gate_error", "gate error", fmt_number, numeric=True),
+    Column("layout", "layout", wrap=True), Column("strategy_options", "options", wrap=True),
+    Column("backend", "backend"), Column("reason", "reason", wrap=True),
+]
+
+
+def table_rows(df: pd.DataFrame, columns: list[Column], *, id_prefix: str) -> tuple[list[Column], list[dict]]:
+    cols = [c for c in columns if c.key in df.columns]
+    rows = []
+    for i, rec in enumerate(df[[c.key for c in cols]].itertuples(index=False, name=None)):
+        cells = []
+        for col, value in zip(cols, rec):
+            cells.append({"text": col.fmt(value), "sort": _sort_key(value), "numeric": col.numeric,
+                          "wrap": col.wrap, "status": value if col.key == "status" else None})
+        rows.append({"id": f"{id_prefix}-{i}", "cells": cells})
+    return cols, rows
+
+
+# --- the answer ------------------------------------------------------------------------------
+
+
+def _mask_order(df: pd.DataFrame, masks: list[str] | None) -> list[str]:
+    present = list(dict.fromkeys(df["mask"])) if len(df) else []
+    ordered = [m for m in (masks or []) if m in present]
+    return ordered + [m for m in present if m not in ordered]
+
+
+def _combos(df: pd.DataFrame) -> list[tuple[str, str]]:
+    directions = [d for d in DIRECTION_TITLES if d in set(df["direction"])] if len(df) else []
+    directions += sorted(set(df["direction"]) - set(directions)) if len(df) else []
+    dtypes = sorted(set(df["dtype"])) if len(df) else []
+    return [(d, t) for t in dtypes for d in directions]
+
+
+def _status_summary(statuses: Iterable[str]) -> str:
+    counts = pd.Series(list(statuses)).value_counts()
+    return ", ".join(f"{n} {s}" for s, n in counts.items())
+
+
+def best_kernels(df: pd.DataFrame, row_ids: dict[str, str] | None = None) -> list[dict]:
+    """The fastest correct kernel per (mask, direction, dtype), at the longest seqlen where any
+    kernel produced a number; with the runner-up there, and at how many lengths it was fastest."""
+    row_ids = row_ids or {}
     best = []
-    for (mask, direction), group in ok.groupby(["mask", "direction"], sort=True):
-        longest = group[group["seqlen"] == group["seqlen"].max()]
-        top = longest.loc[longest["tflops"].idxmax()]
-        best.append({"mask": mask, "direction": direction, "seqlen": int(top["seqlen"]),
-                     "kernel": top["kernel"], "tflops": f"{top['tflops']:.4g}"})
+    for (mask, direction, dtype), group in df.groupby(["mask", "direction", "dtype"], sort=False):
+        ok = group[(group["status"] == "ok") & group["tflops"].notna()]
+        entry = {"mask": mask, "direction": direction, "dtype": dtype, "kernel": None,
+                 "longest_grid": int(group["seqlen"].max())}
+        if ok.empty:
+            entry["note"] = "no kernel produced a number (" + _status_summary(group["status"]) + ")"
+            best.append(entry)
+            continue
+        longest = int(ok["seqlen"].max())
+        at = ok[ok["seqlen"] == longest].sort_values("tflops", ascending=False)
+        top = at.iloc[0]
+        winners = ok.loc[ok.groupby("seqlen")["tflops"].idxmax(), "kernel"]
+        entry.update(kernel=top["kernel"], seqlen=longest, seqlen_label=seqlen_label(longest),
+                     tflops=fmt_number(top["tflops"]), tflops_value=float(top["tflops"]),
+                     spread=f"{fmt_number(top['tflops_p20'], 3)}–{fmt_number(top['tflops_p80'], 3)}",
+                     row_id=row_ids.get(top["cell_id"]), wins=int((winners == top["kernel"]).sum()),
+                     lengths=len(winners))
+        if len(at) > 1:
+            second = at.iloc[1]
+            entry.update(runner_up=second["kernel"], runner_up_tflops=fmt_number(second["tflops"]),
+                         ratio=f"{float(top['tflops']) / float(second['tflops']):.2f}"
+                         if second["tflops"] else None, runner_up_row_id=row_ids.get(second["cell_id"]))
+        if longest < entry["longest_grid"]:
+            failed = group[group["seqlen"] > longest]
+            entry["note"] = (f"no kernel produced a number above {seqlen_label(longest)} ("
+                             + _status_summary(failed["status"]) + ")")
+        best.append(entry)
     return best
 
 
-def render(df: pd.DataFrame, figures: dict[str, str | os.PathLike], out: str | os.PathLike, *,
-           config: dict | None = None, template: str = "report.html.j2") -> Path:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR),
-                             autoescape=jinja2.select_autoescape(["html", "j2"]))
-    columns = [c for c in TABLE_COLUMNS if c in df.columns]
-    rows = [[_fmt(v) for v in rec] for rec in df[columns].itertuples(index=False, name=None)]
-    env_cols = ["device_name", "hostname", "torch_version", "cuda_version", "driver_version", "libraries",
-                "cpu_threads"]
-    environments = (df[[c for c in env_cols if c in df.columns]].drop_duplicates().to_dict("records")
-                    if len(df) else [])
-    failed = df[df["status"] != "ok"][["kernel", "mask", "seqlen", "direction", "status", "reason"]]
-    html = env.get_template(template).render(
-        best=best_per_mask(df),
-        figures=[{"mask": m, "uri": _data_uri(p)} for m, p in figures.items()],
-        columns=columns, rows=rows, environments=environments,
-        failed=failed.to_dict("records"), counts=df["status"].value_counts().to_dict() if len(df) else {},
-        config=json.dumps(config or {}, indent=2, sort_keys=True, default=str),
-    )
+def best_strategies(cp: pd.DataFrame, row_ids: dict[str, str] | None = None) -> list[dict]:
+    """The fastest correct CP strategy per (mask, cp_size, direction, dtype) by per-GPU TFLOPs/s, at
+    the longest global seqlen where any strategy produced a number; ``cp`` comes from
+    ``plots.cp_efficiency`` (it has ``tokens_per_rank``, ``efficiency`` and ``baseline_note``)."""
+    row_ids = row_ids or {}
+    best = []
+    if cp.empty:
+        return best
+    for (mask, cp_size, direction, dtype), group in cp.groupby(["mask", "cp_size", "direction", "dtype"],
+                                                               sort=False):
+        ok = group[(group["status"] == "ok") & group["tflops_per_gpu"].notna()]
+        entry = {"mask": mask, "cp_size": int(cp_size), "direction": direction, "dtype": dtype, "strategy": None}
+        if ok.empty:
+            entry["note"] = "no strategy produced a number (" + _status_summary(group["status"]) + ")"
+            best.append(entry)
+            continue
+        longest = int(ok["seqlen"].max())
+        at = ok[ok["seqlen"] == longest].sort_values("tflops_per_gpu", ascending=False)
+        top = at.iloc[0]
+        tpr = top["tokens_per_rank"] if "tokens_per_rank" in top and pd.notna(top["tokens_per_rank"]) else None
+        entry.update(strategy=top["strategy"], local_kernel=top["local_kernel"], seqlen=longest,
+                     seqlen_label=seqlen_label(longest), tpr_label=seqlen_label(tpr) if tpr else None,
+                     tflops=fmt_number(top["tflops_per_gpu"]),
+                     efficiency=fmt_number(top["efficiency"], 3) if pd.notna(top["efficiency"]) else None,
+                     baseline_note=top["baseline_note"], row_id=row_ids.get(top["cell_id"]))
+        if len(at) > 1:
+            second = at.iloc[1]
+            entry.update(runner_up=second["strategy"], runner_up_tflops=fmt_number(second["tflops_per_gpu"]))
+        if longest < int(group["seqlen"].max()):
+            failed = group[group["seqlen"] > longest]
+            entry["note"] = (f"no strategy produced a number above {seqlen_label(longest)} ("
+                             + _status_summary(failed["status"]) + ")")
+        best.append(entry)
+    return best
+
+
+def _answer_grid(entries: list[dict], row_keys: list[str], combos: list[tuple[str, str]]) -> list[dict]:
+    """Entries laid out as rows (by ``row_keys``) × columns (direction, dtype)."""
+    rows: dict[tuple, dict] = {}
+    for e in entries:
+        key = tuple(e[k] for k in row_keys)
+        rows.setdefault(key, {"key": dict(zip(row_keys, key)), "cells": {}})["cells"][(e["direction"], e["dtype"])] = e
+    return [{"key": r["key"], "cells": [r["cells"].get(c) for c in combos]} for r in rows.values()]
+
+
+# --- figures ---------------------------------------------------------------------------------
+
+
+def _png_size(data: bytes) -> tuple[int, int] | None:
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        return None
+    return struct.unpack(">II", data[16:24])
+
+
+@dataclass
+class EmbeddedFigure:
+    id: str
+    title: str
+    caption: str
+    alt: str
+    uri: str
+    width: int | None = None
+    height: int | None = None
+
+
+def embed(path: str | os.PathLike, *, id: str, title: str, caption: str, alt: str) -> EmbeddedFigure:
+    data = Path(path).read_bytes()
+    size = _png_size(data)
+    return EmbeddedFigure(id=id, title=title, caption=caption, alt=alt,
+                          uri="data:image/png;base64," + base64.b64encode(data).decode("ascii"),
+                          width=size[0] if size else None, height=size[1] if size else None)
+
+
+def _timing_phrase(df: pd.DataFrame) -> str:
+    devices = set(df["device"].dropna()) if len(df) and "device" in df else set()
+    parts = []
+    if "cuda" in devices:
+        parts.append("CUDA events around each call with the L2 cache flushed before it (GPU)")
+    if devices - {"cuda"}:
+        parts.append("time.perf_counter around each call (CPU)")
+    pairs = sorted({(int(w), int(r)) for w, r in zip(df["warmup"], df["reps"]) if pd.notna(w) and pd.notna(r)}) \
+        if len(df) and "warmup" in df else []
+    reps = "; ".join(f"{w} warm-up then {r} timed calls" for w, r in pairs)
+    return ", ".join(parts) + (f" — {reps}" if reps else "")
+
+
+def _ceiling_phrase(ceilings: dict | None, dtypes: Iterable[str]) -> str:
+    if not ceilings or not ceilings.get("matmul"):
+        return "No machine ceiling was measured for this run, so no ceiling line is drawn."
+    parts = [f"{e['dtype']}: {fmt_number(e['tflops'])} TFLOPs/s (n = {e['n']})"
+             for e in ceilings["matmul"] if e.get("dtype") in set(dtypes)]
+    if not parts:
+        return "The measured ceilings do not cover this dtype, so no ceiling line is drawn."
+    return ("The dashed line is the machine's measured dense matmul rate on "
+            f"{ceilings.get('device_name') or ceilings.get('device')} (median of n×n @ n×n products, "
+            "2n³ FLOPs each, after warm-up) — " + "; ".join(parts) + ".")
+
+
+def kernel_captions(df: pd.DataFrame, mask: str, ceilings: dict | None) -> tuple[str, str]:
+    sub = df[df["mask"] == mask]
+    pattern = ", ".join(sorted(set(sub["pattern"].dropna()))) if "pattern" in sub else ""
+    density = ""
+    if len(sub) and sub["density"].notna().any():
+        lo, hi = sub["density"].min(), sub["density"].max()
+        density = f" (density {fmt_number(lo, 3)}" + ("" if lo == hi else f"–{fmt_number(hi, 3)}") + ")"
+    throughput = (
+        f"Mask {mask} (pattern {pattern}){density}: attention throughput by sequence length, one bar per kernel, "
+        "a panel per direction (and dtype). TFLOPs/s = FLOPs counted on the mask's attended pairs "
+        "(4 · area · heads_q · head_dim · batch forward, × 2.5 backward) ÷ median time per call; whiskers span "
+        f"the 20th–80th percentile times. Timing: {_timing_phrase(sub)}. A cell without a number is drawn as "
+        "its status where its bar would be: X unsupported, E out of memory, W failed the correctness gate, "
+        "! error or crash, T timed out. " + _ceiling_phrase(ceilings, set(sub["dtype"])))
+    memory = (f"Mask {mask}: peak allocated device memory during the timed calls, by sequence length, one line "
+              "per kernel (log scale); markers as in the throughput figure.")
+    return throughput, memory
+
+
+# --- environment -----------------------------------------------------------------------------
+
+
+def _distinct(df: pd.DataFrame, columns: list[tuple[str, str, Callable]], count_label: str = "cells") -> dict:
+    cols = [(k, h, f) for k, h, f in columns if k in df.columns]
+    if df.empty or not cols:
+        return {"headers": [], "rows": []}
+    view = pd.DataFrame({h: [f(v) for v in df[k]] for k, h, f in cols})
+    view = view[[h for h in view.columns if (view[h] != "").any()]]  # a column nothing recorded: left out
+    if view.columns.empty:
+        return {"headers": [], "rows": []}
+    counts = view.groupby(list(view.columns), dropna=False, sort=True).size().reset_index(name=count_label)
+    return {"headers": list(counts.columns), "rows": [[fmt_text(v) for v in r]
+                                                       for r in counts.itertuples(index=False, name=None)]}
+
+
+def report_software() -> list[tuple[str, str]]:
+    versions = [("python", sys.version.split()[0]), ("platform", platform.platform())]
+    for pkg in REPORT_PACKAGES:
+        try:
+            versions.append((pkg, importlib.metadata.version(pkg)))
+        except importlib.metadata.PackageNotFoundError:
+            versions.append((pkg, "not installed"))
+    return versions
+
+
+def _config_text(config: dict | None) -> str:
+    if not config:
+        return "(not given)"
+    try:
+        return yaml.safe_dump(json.loads(json.dumps(config, default=str)), sort_keys=False, width=100)
+    except (TypeError, ValueError, yaml.YAMLError):
+        return json.dumps(config, indent=2, sort_keys=True, default=str)
+
+
+# --- render ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Figures:
+    """Paths of the figures the workflow made (any may be missing: the report says so)."""
+
+    throughput: dict[str, str] = field(default_factory=dict)   # mask → PNG
+    memory: dict[str, str] = field(default_factory=dict)       # mask → PNG
+    matrix: str | None = None                                  # kernel × mask heatmap
+    cp_scaling: dict[str, str] = field(default_factory=dict)   # mask → PNG
+    cp_efficiency: dict[str, str] = field(default_factory=dict)  # mask → PNG
+
+
+def _empty_cp() -> pd.DataFrame:
+    from .results import CP_SCHEMA
+
+    return CP_SCHEMA.empty_table().to_pandas()
+
+
+def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: Figures | None = None,
+            ceilings: dict | None = None, config: dict | None = None, masks: list[str] | None = None,
+            generated: str | None = None) -> dict[str, Any]:
+    """Everything the template shows, computed here so the template only lays it out."""
+    figures = figures or Figures()
+    cp = _empty_cp() if cp is None else cp
+    cp = cp_efficiency(cp, kernels)
+    if len(cp) and "rank_area" in cp.columns:
+        cp["imbalance"] = [max(a) / (sum(a) / len(a)) if isinstance(a, (list, np.ndarray)) and len(a) and sum(a)
+                           else np.nan for a in cp["rank_area"]]
+    masks = _mask_order(kernels, masks)
+
+    kernel_cols, kernel_rows = table_rows(kernels, KERNEL_COLUMNS, id_prefix="kernel-row")
+    kernel_ids = {cid: r["id"] for cid, r in zip(kernels["cell_id"], kernel_rows)} if len(kernels) else {}
+    cp_cols, cp_rows = table_rows(cp, CP_COLUMNS, id_prefix="cp-row")
+    cp_ids = {cid: r["id"] for cid, r in zip(cp["cell_id"], cp_rows)} if len(cp) else {}
+
+    kernel_combos = _combos(kernels)
+    best_k = best_kernels(kernels, kernel_ids)
+    best_k.sort(key=lambda e: masks.index(e["mask"]) if e["mask"] in masks else len(masks))
+    cp_masks = _mask_order(cp, masks)
+    best_cp = best_strategies(cp, cp_ids)
+    best_cp.sort(key=lambda e: (cp_masks.index(e["mask"]), e["cp_size"]))
+    cp_combos = _combos(cp)
+
+    # Failed cells, kernel and CP, with their reason (and the kernel cell's log).
+    failed = []
+    for kind, df, ids in (("kernel", kernels, kernel_ids), ("cp", cp, cp_ids)):
+        if df.empty:
+            continue
+        for rec in df[df["status"] != "ok"].itertuples(index=False):
+            failed.append({"kind": kind, "cell_id": rec.cell_id, "row_id": ids.get(rec.cell_id),
+                           "status": rec.status, "marker": STATUS_MARKERS.get(rec.status, "?"),
+                           "reason": fmt_text(rec.reason),
+                           # the workflow names each cell's log after its cell_id
+                           "log": f"results/logs/{'kernels' if kind == 'kernel' else 'cp'}/{rec.cell_id}.log"})
+
+    # Figures with captions.
+    kernel_figs = []
+    for mask in masks:
+        thr_caption, mem_caption = kernel_captions(kernels, mask, ceilings)
+        entry = {"mask": mask, "throughput": None, "memory": None, "memory_note": None}
+        if mask in figures.throughput and Path(figures.throughput[mask]).exists():
+            entry["throughput"] = embed(figures.throughput[mask], id=f"fig-throughput-{mask}",
+                                        title=f"{mask}: TFLOPs/s by sequence length", caption=thr_caption,
+                                        alt=f"TFLOPs/s by sequence length for mask {mask}, one bar per kernel")
+        sub = kernels[kernels["mask"] == mask]
+        if not sub["peak_mem_bytes"].notna().any():
+            devices = ", ".join(sorted(set(sub["device"].dropna()))) or "unknown"
+            entry["memory_note"] = (f"Peak memory is recorded on GPU only; these cells ran on {devices}, "
+                                    "so there is no memory figure for this mask.")
+        elif mask in figures.memory and Path(figures.memory[mask]).exists():
+            entry["memory"] = embed(figures.memory[mask], id=f"fig-memory-{mask}",
+                                    title=f"{mask}: peak memory by sequence length", caption=mem_caption,
+                                    alt=f"peak memory by sequence length for mask {mask}, one line per kernel")
+        kernel_figs.append(entry)
+    matrix = None
+    if figures.matrix and Path(figures.matrix).exists() and len(kernels):
+        matrix = embed(figures.matrix, id="fig-matrix", title="Kernel × mask: best TFLOPs/s",
+                       alt="heatmap of the best TFLOPs/s per kernel and mask",
+                       caption=("Each cell: the best median TFLOPs/s the kernel reached on the mask over all "
+                                "measured sequence lengths (and the length it was reached at), a panel per "
+                                "direction and dtype; colour scales per panel. Below the value, the markers of "
+                                "the lengths that produced no number (X unsupported, E out of memory, W wrong, "
+                                "! error, T timeout); a grey cell produced no number at any length."))
+    cp_figs = []
+    for mask in cp_masks:
+        sub = cp[cp["mask"] == mask]
+        entry = {"mask": mask, "scaling": None, "efficiency": None}
+        if mask in figures.cp_scaling and Path(figures.cp_scaling[mask]).exists():
+            entry["scaling"] = embed(
+                figures.cp_scaling[mask], id=f"fig-cp-scaling-{mask}", title=f"{mask}: CP per-GPU TFLOPs/s",
+                alt=f"per-GPU TFLOPs/s against cp_size for mask {mask}, one line per strategy",
+                caption=(f"Mask {mask}: per-GPU throughput of each CP strategy (and its local kernel) against the "
+                         "CP size, a panel per direction and per-GPU work (tokens per rank; the whole sequence is "
+                         "tokens per rank × cp_size). Per-GPU TFLOPs/s = the whole problem's masked "
+                         "FLOPs ÷ the slowest rank's median step time ÷ cp_size; bars p20–p80. Markers as in "
+                         "the kernel figures. " + _ceiling_phrase(ceilings, set(sub["dtype"]))
+                         .replace("The dashed line", "The dashed line (per GPU)")))
+        if mask in figures.cp_efficiency and Path(figures.cp_efficiency[mask]).exists():
+            entry["efficiency"] = embed(
+                figures.cp_efficiency[mask], id=f"fig-cp-efficiency-{mask}", title=f"{mask}: CP efficiency",
+                alt=f"CP efficiency against cp_size for mask {mask}",
+                caption=(f"Mask {mask}: per-GPU TFLOPs/s of the CP step ÷ TFLOPs/s of the same local kernel "
+                         "on one GPU at the same per-GPU work (seqlen = tokens per rank, same mask, direction, "
+                         "dtype and shapes), from the kernel table. 1 (dashed) = no loss to communication or "
+                         "imbalance. n/a: that single-GPU cell was not measured or produced no number (the CP "
+                         "table's baseline note says which)."))
+        cp_figs.append(entry)
+
+    statuses = kernels["status"].value_counts().to_dict() if len(kernels) else {}
+    cp_statuses = cp["status"].value_counts().to_dict() if len(cp) else {}
+    devices = sorted({fmt_text(v) for v in kernels.get("device_name", pd.Series(dtype=object)).dropna()})
+
+    # Methodology values taken from the rows themselves.
+    areas = (kernels.drop_duplicates(["mask", "seqlen"])[["mask", "pattern", "seqlen", "area", "density",
+                                                          "mask_params_resolved"]]
+             .sort_values(["mask", "seqlen"]) if len(kernels) else pd.DataFrame())
+    area_rows = [{"mask": r.mask, "pattern": fmt_text(r.pattern), "seqlen": int(r.seqlen), "area": fmt_number(r.area),
+                  "area_sort": _sort_key(r.area), "density": fmt_number(r.density),
+                  "params": fmt_text(r.mask_params_resolved)} for r in areas.itertuples(index=False)]
+    tolerances = (kernels.dropna(subset=["gate_tolerance"]).drop_duplicates(["direction", "dtype"])
+                  [["direction", "dtype", "gate_tolerance"]].sort_values(["dtype", "direction"])
+                  if len(kernels) else pd.DataFrame(columns=["direction", "dtype", "gate_tolerance"]))
+    shapes = (kernels.drop_duplicates(["batch", "heads_q", "heads_kv", "head_dim"])
+              [["batch", "heads_q", "heads_kv", "head_dim"]].to_dict("records") if len(kernels) else [])
+
+    environment = {
+        "devices": _distinct(kernels, [("device", "device", fmt_text), ("device_name", "device name", fmt_text),
+                                       ("cpu_name", "CPU", fmt_text), ("cpu_threads", "CPU threads", fmt_text),
+                                       ("hostname", "host", fmt_text), ("gpu_slot", "GPU slot", fmt_text)]),
+        "software": _distinct(kernels, [("torch_version", "torch", fmt_text), ("cuda_version", "CUDA", fmt_text),
+                                        ("driver_version", "driver", fmt_text),
+                                        ("libraries", "kernel libraries", fmt_libraries)]),
+        "cp": _distinct(cp, [("backend", "backend", fmt_text), ("device_name", "device name", fmt_text),
+                             ("nodes", "nodes", fmt_text), ("hostnames", "hosts", fmt_text),
+                             ("torch_version", "torch", fmt_text), ("nccl_version", "NCCL", fmt_text),
+                             ("libraries", "kernel libraries", fmt_libraries)]),
+        "report": report_software(),
+    }
+    ceiling_rows = [{"dtype": e.get("dtype"), "n": e.get("n"), "tflops": fmt_number(e.get("tflops")),
+                     "spread": f"{fmt_number(e.get('tflops_p20'), 3)}–{fmt_number(e.get('tflops_p80'), 3)}",
+                     "median_ms": fmt_number(e.get("median_ms")), "reps": e.get("reps")}
+                    for e in (ceilings or {}).get("matmul", [])]
+
+    return {
+        "generated": generated or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "n_kernel_cells": len(kernels), "n_cp_cells": len(cp),
+        "statuses": [(s, statuses[s]) for s in STATUS_ORDER if s in statuses]
+        + [(s, n) for s, n in statuses.items() if s not in STATUS_ORDER],
+        "cp_statuses": [(s, cp_statuses[s]) for s in STATUS_ORDER if s in cp_statuses],
+        "markers": [(m, s, STATUS_LABELS[s]) for s, m in STATUS_MARKERS.items()],
+        "devices": devices,
+        "masks": masks,
+        "kernel_combos": kernel_combos, "best_kernels": _answer_grid(best_k, ["mask"], kernel_combos),
+        "best_kernel_list": best_k,
+        "kernel_many_dtypes": len({t for _, t in kernel_combos}) > 1,
+        "cp_many_dtypes": len({t for _, t in cp_combos}) > 1,
+        "cp_combos": cp_combos, "best_cp": _answer_grid(best_cp, ["mask", "cp_size"], cp_combos),
+        "cp_config": {"strategies": (config or {}).get("cp_strategies") or [],
+                      "sizes": (config or {}).get("cp_sizes") or []},
+        "matrix": matrix, "kernel_figures": kernel_figs, "cp_figures": cp_figs,
+        "kernel_columns": kernel_cols, "kernel_rows": kernel_rows,
+        "cp_columns": cp_cols, "cp_rows": cp_rows,
+        "failed": failed,
+        "area_rows": area_rows,
+        "tolerances": [{"direction": r.direction, "dtype": r.dtype, "tolerance": fmt_number(r.gate_tolerance)}
+                       for r in tolerances.itertuples(index=False)],
+        "shapes": shapes,
+        "timing": _timing_phrase(kernels),
+        "gate_seqlens": sorted({int(v) for v in kernels["gate_seqlen"].dropna()}) if len(kernels) else [],
+        "ceilings": ceilings, "ceiling_rows": ceiling_rows,
+        "environment": environment,
+        "config_text": _config_text(config),
+    }
+
+
+def environment(template_dir: Path = TEMPLATE_DIR) -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(template_dir), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["seqlen_label"] = seqlen_label
+    env.globals["direction_title"] = lambda d: DIRECTION_TITLES.get(d, d)
+    return env
+
+
+def render(kernels: pd.DataFrame, out: str | os.PathLike, *, cp: pd.DataFrame | None = None,
+           figures: Figures | None = None, ceilings: dict | None = None, config: dict | None = None,
+           masks: list[str] | None = None, template: str = "report.html.j2", generated: str | None = None) -> Path:
+    """Write the report to ``out`` (atomically)."""
+    ctx = context(kernels, cp=cp, figures=figures, ceilings=ceilings, config=config, masks=masks,
+                  generated=generated)
+    html = environment().get_template(template).render(**ctx)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(html)
+    tmp.write_text(html, encoding="utf-8")
     os.replace(tmp, out)
     return out

@@ -1,18 +1,114 @@
-# Figures from the Parquet table, one per mask.
+# The machine's ceilings, then the figures (scripts under workflow/scripts call longca.ceilings and
+# longca.plots; captions under workflow/report/ serve `snakemake --report`).
+import hashlib
+from pathlib import Path
+
+from longca.fingerprint import files_fingerprint
+
+
+def code_fingerprint(*paths: str) -> str:
+    """Hash of files of this checkout (a param: editing the plotting code redraws the figures)."""
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.encode())
+        h.update(Path(workflow.basedir, p).read_bytes())
+    return h.hexdigest()[:16]
+
+
+PLOT_CODE = code_fingerprint("longca/plots.py", "longca/ceilings.py")
+# CP figures exist once CP cells do (one per mask the CP grid covers); with none, the report says so.
+CP_MASKS = [m for m in MASK_NAMES if m in {getattr(c, "mask", m) for c in CP_CELLS}] if CP_CELLS else []
 
 
 localrules:
     plot_kernel_mask,
+    plot_kernel_matrix,
+    plot_cp_mask,
+
+
+rule ceilings:
+    # A real measurement (dense matmul rate per dtype) on the cells' device with the cells' threads;
+    # figures draw it as a line.  Reruns when the device, dtypes, threads or its code change.
+    output:
+        "results/ceilings.json",
+    log:
+        "results/logs/ceilings.log",
+    params:
+        device=CFG["device"],
+        dtypes=CFG["dtypes"],
+        gpus=CFG["gpus"],
+        fingerprint=files_fingerprint([Path(workflow.basedir, "longca", f) for f in ("ceilings.py", "timing.py")]),
+    threads: CELL_THREADS
+    resources:
+        **CELL_RESOURCES,
+    script:
+        "../workflow/scripts/ceilings.py"
 
 
 rule plot_kernel_mask:
     input:
-        "results/kernels.parquet",
+        table="results/kernels.parquet",
+        ceilings="results/ceilings.json",
     output:
-        report(
+        throughput=report(
             "results/figures/kernels_{mask}.png",
             caption="../workflow/report/kernel_figure.rst",
             category="Kernels",
+            subcategory="Throughput",
+            labels={"mask": "{mask}", "figure": "TFLOPs/s by seqlen"},
         ),
+        memory=report(
+            "results/figures/memory_{mask}.png",
+            caption="../workflow/report/memory_figure.rst",
+            category="Kernels",
+            subcategory="Peak memory",
+            labels={"mask": "{mask}", "figure": "peak memory by seqlen"},
+        ),
+    params:
+        code=PLOT_CODE,
     script:
         "../workflow/scripts/plot_kernel_mask.py"
+
+
+rule plot_kernel_matrix:
+    input:
+        table="results/kernels.parquet",
+    output:
+        report(
+            "results/figures/kernel_mask_matrix.png",
+            caption="../workflow/report/matrix_figure.rst",
+            category="Kernels",
+            subcategory="Overview",
+            labels={"figure": "kernel × mask, best TFLOPs/s"},
+        ),
+    params:
+        masks=MASK_NAMES,
+        code=PLOT_CODE,
+    script:
+        "../workflow/scripts/plot_kernel_matrix.py"
+
+
+rule plot_cp_mask:
+    input:
+        cp="results/cp.parquet",
+        kernels="results/kernels.parquet",
+        ceilings="results/ceilings.json",
+    output:
+        scaling=report(
+            "results/figures/cp_scaling_{mask}.png",
+            caption="../workflow/report/cp_scaling_figure.rst",
+            category="Context parallelism",
+            subcategory="Per-GPU TFLOPs/s",
+            labels={"mask": "{mask}", "figure": "per-GPU TFLOPs/s by cp_size"},
+        ),
+        efficiency=report(
+            "results/figures/cp_efficiency_{mask}.png",
+            caption="../workflow/report/cp_efficiency_figure.rst",
+            category="Context parallelism",
+            subcategory="Efficiency",
+            labels={"mask": "{mask}", "figure": "efficiency vs one GPU"},
+        ),
+    params:
+        code=PLOT_CODE,
+    script:
+        "../workflow/scripts/plot_cp_mask.py"

@@ -1,18 +1,36 @@
-# One self-contained HTML report.
+# One self-contained HTML report; it depends on every table, figure and the ceilings, so asking for
+# results/report.html builds everything.
 
 
 localrules:
     html_report,
 
 
+REPORT_CODE = code_fingerprint("longca/report.py", "workflow/templates/report.html.j2",
+                               "workflow/templates/report_env_table.html.j2")
+
+
 rule html_report:
     input:
         table="results/kernels.parquet",
-        figures=expand("results/figures/kernels_{mask}.png", mask=MASK_NAMES),
+        cp="results/cp.parquet",
+        ceilings="results/ceilings.json",
+        throughput=expand("results/figures/kernels_{mask}.png", mask=MASK_NAMES),
+        memory=expand("results/figures/memory_{mask}.png", mask=MASK_NAMES),
+        matrix="results/figures/kernel_mask_matrix.png",
+        cp_scaling=expand("results/figures/cp_scaling_{mask}.png", mask=CP_MASKS),
+        cp_efficiency=expand("results/figures/cp_efficiency_{mask}.png", mask=CP_MASKS),
     output:
-        "results/report.html",
+        report(
+            "results/report.html",
+            caption="../workflow/report/html_report.rst",
+            category="Report",
+            labels={"file": "report.html"},
+        ),
     params:
         masks=MASK_NAMES,
+        cp_masks=CP_MASKS,
         config=CFG,  # shown in the report, so a config change rebuilds it
+        code=REPORT_CODE,
     script:
         "../workflow/scripts/report.py"

@@ -1,5 +1,8 @@
-# One figure per mask from the kernels table (a script: see aggregate.py for why not `run:`).
-from longca.plots import kernel_throughput_figure
+# The per-mask kernel figures: TFLOPs/s by seqlen (with the ceiling line) and peak memory by seqlen.
+from longca import ceilings
+from longca.plots import kernel_figures
 from longca.results import load
 
-kernel_throughput_figure(load(snakemake.input[0]), snakemake.wildcards.mask, snakemake.output[0])  # noqa: F821
+sm = snakemake  # noqa: F821
+kernel_figures(load(sm.input.table), sm.wildcards.mask, sm.output.throughput, sm.output.memory,
+               ceilings=ceilings.load(sm.input.ceilings))

@@ -1,6 +1,13 @@
 # The self-contained HTML report (a script: see aggregate.py for why not `run:`).
-from longca.report import render
+from longca import ceilings
+from longca.report import Figures, render
 from longca.results import load
 
 sm = snakemake  # noqa: F821
-render(load(sm.input.table), dict(zip(sm.params.masks, sm.input.figures)), sm.output[0], config=sm.params.config)
+figures = Figures(throughput=dict(zip(sm.params.masks, sm.input.throughput)),
+                  memory=dict(zip(sm.params.masks, sm.input.memory)),
+                  matrix=sm.input.matrix,
+                  cp_scaling=dict(zip(sm.params.cp_masks, sm.input.cp_scaling)),
+                  cp_efficiency=dict(zip(sm.params.cp_masks, sm.input.cp_efficiency)))
+render(load(sm.input.table), sm.output[0], cp=load(sm.input.cp), figures=figures,
+       ceilings=ceilings.load(sm.input.ceilings), config=dict(sm.params.config), masks=list(sm.params.masks))

@@ -1,0 +1,140 @@
+"""The machine's ceilings: what one device can do at best, measured, so figures can draw it as a line.
+
+Today one ceiling: the dense matmul rate (``matmul_tflops``), the rate attention's two matmuls are
+bounded by.  It is a real measurement, never a datasheet number: square ``n × n @ n × n`` products
+(``2 n³`` FLOPs) after warm-up, timed by ``longca.timing`` (CUDA events on GPU, ``perf_counter`` on
+CPU), median with the 20th and 80th percentiles.  ``n`` is the largest power of two (up to
+``max_n``) whose single product stays under ``target_ms``, so slow dtypes on a CPU (bfloat16 has no
+fast CPU matmul) still measure in well under a second.  ``results/ceilings.json`` holds one entry
+per dtype of the grid (rule ``ceilings``, ``rules/plots.smk``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import env, timing
+from .atomic import write_json_atomic
+from .problem import parse_dtype
+
+CEILINGS_VERSION = 1
+MIN_N = 256
+MAX_N = {"cpu": 2048, "cuda": 8192}
+TARGET_MS = 50.0  # the largest product that still takes at most about this long is the one timed
+
+
+def _one_call_ms(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Wall time of one product, synchronised (for choosing n, not for the reported number)."""
+    sync = torch.cuda.synchronize if a.is_cuda else (lambda *_: None)
+    torch.matmul(a, b)  # first call: allocation, library selection
+    sync(a.device)
+    start = time.perf_counter()
+    torch.matmul(a, b)
+    sync(a.device)
+    return (time.perf_counter() - start) * 1e3
+
+
+def choose_n(device: torch.device, dtype: torch.dtype, *, max_n: int | None = None,
+             target_ms: float = TARGET_MS) -> int:
+    """Largest power of two ``n`` (``MIN_N`` ≤ n ≤ ``max_n``) whose product is expected within ``target_ms``.
+
+    Doubling ``n`` multiplies the work by 8; the next size is tried only while 8× the current time
+    stays within the target."""
+    max_n = max_n or MAX_N.get(device.type, MAX_N["cuda"])
+    n = MIN_N
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    while 2 * n <= max_n:
+        a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+        if _one_call_ms(a, a) * 8 > target_ms:
+            break
+        n *= 2
+    return n
+
+
+def matmul_tflops(device: str | torch.device, dtype: str | torch.dtype = "float32", *, n: int | None = None,
+                  warmup: int = 3, reps: int = 10, max_n: int | None = None,
+                  target_ms: float = TARGET_MS) -> dict[str, Any]:
+    """Measured dense matmul rate on ``device`` in ``dtype``.
+
+    Returns ``{"kind": "matmul", "dtype", "n", "flops", "median_ms", "p20_ms", "p80_ms", "tflops",
+    "tflops_p20", "tflops_p80", "warmup", "reps"}``; ``tflops`` is ``2 n³ / median``."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    torch_dtype = parse_dtype(dtype) if isinstance(dtype, str) else dtype
+    dtype_name = str(torch_dtype).removeprefix("torch.")
+    n = n or choose_n(device, torch_dtype, max_n=max_n, target_ms=target_ms)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randn(n, n, generator=gen).to(device=device, dtype=torch_dtype)
+    b = torch.randn(n, n, generator=gen).to(device=device, dtype=torch_dtype)
+    out = torch.empty(n, n, device=device, dtype=torch_dtype)
+    # No L2 flush: each operand of the sizes used on GPU is larger than L2 already, and a ceiling is
+    # the best the device does.
+    t = timing.measure(lambda: torch.matmul(a, b, out=out), device=device, warmup=warmup, reps=reps,
+                       flush_l2=False)
+    flops = 2.0 * n ** 3
+    return {
+        "kind": "matmul",
+        "dtype": dtype_name,
+        "n": n,
+        "flops": flops,
+        "median_ms": t.median_ms,
+        "p20_ms": t.p20_ms,
+        "p80_ms": t.p80_ms,
+        "tflops": flops / (t.median_ms * 1e-3) / 1e12,
+        "tflops_p20": flops / (t.p80_ms * 1e-3) / 1e12,  # the slower (80th percentile) time
+        "tflops_p80": flops / (t.p20_ms * 1e-3) / 1e12,
+        "warmup": warmup,
+        "reps": reps,
+    }
+
+
+def measure(device: str, dtypes: list[str], *, threads: int = 0, **kw) -> dict[str, Any]:
+    """Every dtype's matmul ceiling on ``device``, with where it was measured."""
+    if threads:
+        torch.set_num_threads(threads)
+    dev = torch.device(device)
+    start = time.perf_counter()
+    entries = [matmul_tflops(dev, dtype, **kw) for dtype in dtypes]
+    environment = env.collect(dev if dev.type != "cuda" else torch.device("cuda", torch.cuda.current_device()))
+    return {
+        "version": CEILINGS_VERSION,
+        "device": dev.type,
+        "device_name": environment["device_name"],
+        "hostname": environment["hostname"],
+        "cpu_threads": environment["cpu_threads"],
+        "torch_version": environment["torch_version"],
+        "cuda_version": environment["cuda_version"],
+        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32) if dev.type == "cuda" else None,
+        "gpu_slot": os.environ.get("CUDA_VISIBLE_DEVICES") if dev.type == "cuda" else None,
+        "matmul": entries,
+        "wall_s": time.perf_counter() - start,
+    }
+
+
+def write(device: str, dtypes: list[str], out: str | os.PathLike, *, threads: int = 0, **kw) -> dict[str, Any]:
+    result = measure(device, dtypes, threads=threads, **kw)
+    write_json_atomic(result, out)
+    return result
+
+
+def load(path: str | os.PathLike | None) -> dict[str, Any] | None:
+    """The ceilings file, or None when there is none (figures then draw no line)."""
+    if path is None or not Path(path).exists():
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def matmul_ceiling(ceilings: dict[str, Any] | None, dtype: str) -> dict[str, Any] | None:
+    """The measured matmul entry for ``dtype``, or None."""
+    for entry in (ceilings or {}).get("matmul", []):
+        if entry.get("dtype") == dtype and entry.get("tflops"):
+            return entry
+    return None

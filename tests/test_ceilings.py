@@ -1,0 +1,37 @@
+"""The machine ceiling: a real, quick matmul-rate measurement."""
+
+import time
+
+import pytest
+import torch
+
+from longca import ceilings
+
+
+def test_matmul_rate_is_flops_over_the_median_time():
+    entry = ceilings.matmul_tflops("cpu", "float32", warmup=1, reps=3)
+    n = entry["n"]
+    assert ceilings.MIN_N <= n <= ceilings.MAX_N["cpu"] and n & (n - 1) == 0  # a power of two
+    assert entry["flops"] == 2.0 * n ** 3
+    assert entry["tflops"] == pytest.approx(entry["flops"] / (entry["median_ms"] * 1e-3) / 1e12)
+    assert 0 < entry["tflops_p20"] <= entry["tflops"] <= entry["tflops_p80"]
+    assert entry["dtype"] == "float32" and entry["kind"] == "matmul" and entry["reps"] == 3
+
+
+def test_size_is_chosen_within_the_time_target_and_the_cap():
+    assert ceilings.choose_n(torch.device("cpu"), torch.float32, target_ms=1e-6) == ceilings.MIN_N
+    assert ceilings.choose_n(torch.device("cpu"), torch.float32, max_n=512, target_ms=1e9) == 512
+    assert ceilings.matmul_tflops("cpu", torch.float64, n=128, warmup=0, reps=1)["n"] == 128
+
+
+def test_the_whole_measurement_is_fast_on_cpu_and_round_trips(tmp_path):
+    start = time.perf_counter()
+    # bfloat16 has no fast CPU matmul: the size choice keeps it quick all the same.
+    result = ceilings.write("cpu", ["float32", "bfloat16"], tmp_path / "ceilings.json", threads=2)
+    assert time.perf_counter() - start < 10
+    assert result["device"] == "cpu" and result["cpu_threads"] == 2 and result["device_name"]
+    loaded = ceilings.load(tmp_path / "ceilings.json")
+    assert loaded == result
+    assert ceilings.matmul_ceiling(loaded, "bfloat16")["dtype"] == "bfloat16"
+    assert ceilings.matmul_ceiling(loaded, "float16") is None
+    assert ceilings.load(tmp_path / "missing.json") is None and ceilings.matmul_ceiling(None, "float32") is None

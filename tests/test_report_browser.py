@@ -1,0 +1,129 @@
+"""The report in a real headless Chromium: loads cleanly, images decode, tables sort and filter, and
+the first screen is a real picture.  (The report of a real Snakemake run is opened in test_workflow.)"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import report_data as rd
+from browser import Chromium, chromium  # noqa: F401 — chromium is a fixture
+from PIL import Image
+
+from longca import plots, report
+
+pytestmark = pytest.mark.slow
+WIDTH, HEIGHT = 1280, 900
+
+
+@pytest.fixture(scope="module")
+def report_url(tmp_path_factory):
+    """A report with every kind of figure, failed cells, CP rows and hostile text in a reason."""
+    out = tmp_path_factory.mktemp("browser-report")
+    k, cp = rd.kernels_df(hostile=True), rd.cp_df()
+    figs = report.Figures(matrix=str(out / "matrix.png"))
+    plots.save(plots.kernel_mask_matrix_figure(k), figs.matrix)
+    for mask in ("causal", "sliding"):
+        figs.throughput[mask], figs.memory[mask] = str(out / f"k_{mask}.png"), str(out / f"m_{mask}.png")
+        plots.kernel_figures(k, mask, figs.throughput[mask], figs.memory[mask], ceilings=rd.CEILINGS)
+    figs.cp_scaling["causal"], figs.cp_efficiency["causal"] = str(out / "cps.png"), str(out / "cpe.png")
+    plots.cp_figures(cp, k, "causal", figs.cp_scaling["causal"], figs.cp_efficiency["causal"], rd.CEILINGS)
+    path = report.render(k, out / "report.html", cp=cp, figures=figs, ceilings=rd.CEILINGS,
+                         config={"note": "<script>window.__pwned = 3</script>"})
+    return path.resolve().as_uri()
+
+
+@pytest.fixture(scope="module")
+def browser(chromium):  # noqa: F811
+    with Chromium(chromium, width=WIDTH, height=HEIGHT) as page:
+        yield page
+
+
+@pytest.fixture
+def page(browser, report_url):
+    browser.navigate(report_url)
+    return browser
+
+
+def column(page, table: str, key: str) -> list[str]:
+    """The visible rows' raw values of one column (what the sorter compares)."""
+    return page.evaluate(f"""(function () {{
+        var t = document.getElementById('{table}');
+        var i = Array.prototype.findIndex.call(t.tHead.rows[0].cells, function (th) {{ return th.dataset.key === '{key}'; }});
+        return Array.prototype.filter.call(t.tBodies[0].rows, function (r) {{ return r.style.display !== 'none'; }})
+            .map(function (r) {{ var c = r.cells[i]; return c.hasAttribute('data-sort') ? c.dataset.sort : c.textContent; }});
+    }}())""")
+
+
+def test_loads_with_no_console_error_and_nothing_from_the_network(page):
+    assert page.evaluate("document.readyState") == "complete"
+    assert page.console_errors() == []
+    assert page.evaluate("typeof window.__pwned") == "undefined"  # escaped text never ran
+    urls = page.requested_urls()
+    assert urls and all(u.startswith(("file://", "data:")) for u in urls), urls
+
+
+def test_every_image_decodes_with_a_real_size(page):
+    sizes = page.evaluate("Promise.all(Array.prototype.map.call(document.images, function (i) {"
+                          " return i.decode().then(function () { return [i.naturalWidth, i.naturalHeight,"
+                          " i.getBoundingClientRect().width]; }); }))", await_promise=True)
+    assert len(sizes) == 7
+    assert all(w > 300 and h > 150 and shown > 0 for w, h, shown in sizes), sizes
+
+
+def test_clicking_a_header_sorts_its_table(page):
+    before = column(page, "kernel-table", "tflops")
+    page.click("#kernel-table th[data-key='tflops']")
+    asc = column(page, "kernel-table", "tflops")
+    numbers = [float(v) for v in asc if v]
+    assert asc != before  # the rows were in cell order, not by throughput
+    ok = rd.kernels_df()
+    assert numbers == sorted(numbers) and len(numbers) == (ok["status"] == "ok").sum()
+    assert all(v == "" for v in asc[len(numbers):])  # cells without a number last
+    assert page.evaluate("document.querySelector(\"#kernel-table th[data-key='tflops']\")"
+                         ".getAttribute('aria-sort')") == "ascending"
+    page.click("#kernel-table th[data-key='tflops']")
+    desc = [float(v) for v in column(page, "kernel-table", "tflops") if v]
+    assert desc == sorted(numbers, reverse=True)
+    page.click("#cp-table th[data-key='cell_id']")
+    ids = column(page, "cp-table", "cell_id")
+    assert ids == sorted(ids)
+
+
+def test_typing_in_a_filter_keeps_only_matching_rows(page):
+    page.evaluate("document.querySelector(\"input[data-table='kernel-table']\").focus()")
+    page.send("Input.insertText", {"text": "status:oom"})
+    assert column(page, "kernel-table", "status") == ["oom", "oom"]
+    assert page.evaluate("document.querySelector(\".filter-count[data-table='kernel-table']\").textContent") \
+        == "2 of 36 rows"
+    page.evaluate("var i = document.querySelector(\"input[data-table='kernel-table']\"); i.value = '';"
+                  " i.dispatchEvent(new Event('input'))")
+    page.evaluate("document.querySelector(\"input[data-table='kernel-table']\").focus()")
+    page.send("Input.insertText", {"text": "seqlen>128 kernel:fast"})
+    assert sorted(column(page, "kernel-table", "cell_id")) == [
+        f"fast_kernel/{m}/bfloat16_{d}_256" for m, d in
+        (("causal", "bwd"), ("causal", "fwd"), ("sliding", "bwd"), ("sliding", "fwd"))]
+
+
+def test_an_answer_link_lands_on_its_row(page):
+    href = page.evaluate("document.querySelector('#best-kernel-table a.winner').getAttribute('href')")
+    page.click("#best-kernel-table a.winner")
+    assert page.evaluate("location.hash") == href
+    assert page.evaluate("document.querySelector(':target').tagName") == "TR"
+
+
+def test_the_first_screen_is_the_answer_and_not_blank(page, tmp_path):
+    png = page.screenshot()
+    (tmp_path / "first_screen.png").write_bytes(png)
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    assert image.size == (WIDTH, HEIGHT)
+    colors = image.getcolors(maxcolors=1 << 20)
+    assert len(colors) > 50
+    white = max(count for count, rgb in colors if rgb == (255, 255, 255)) if any(
+        rgb == (255, 255, 255) for _, rgb in colors) else 0
+    assert white < 0.97 * WIDTH * HEIGHT  # something is drawn
+    # Both answers are within the first screen.
+    for selector in ("#best-kernel-table", "#best-cp-table"):
+        top, bottom = page.evaluate(f"(function () {{ var r = document.querySelector('{selector}')"
+                                    ".getBoundingClientRect(); return [r.top, r.bottom]; }())")
+        assert 0 <= top < bottom <= HEIGHT, (selector, top, bottom)

@@ -1,0 +1,21 @@
+# The machine's measured ceilings (longca.ceilings) on the cells' device, with the cells' threads.
+# On GPU the measurement takes a GPU slot like a cell does, so it never shares a device with one.
+import contextlib
+import os
+import sys
+
+sm = snakemake  # noqa: F821
+with open(sm.log[0], "w") as log, contextlib.redirect_stderr(log):
+    slot = contextlib.nullcontext()
+    if sm.params.device == "cuda":
+        from longca import gpu_slots
+
+        slot = gpu_slots.acquire(gpu_slots.visible_devices(sm.params.gpus))
+        os.environ["CUDA_VISIBLE_DEVICES"] = slot.device  # before CUDA is initialised
+    with slot:
+        from longca import ceilings
+
+        result = ceilings.write(sm.params.device, list(sm.params.dtypes), sm.output[0], threads=sm.threads)
+    for entry in result["matmul"]:
+        print(f"matmul {entry['dtype']} n={entry['n']}: {entry['tflops']:.4g} TFLOPs/s "
+              f"(median {entry['median_ms']:.4g} ms)", file=sys.stderr)

@@ -20,8 +20,31 @@ def test_matmul_rate_is_flops_over_the_median_time():
 
 def test_size_is_chosen_within_the_time_target_and_the_cap():
     assert ceilings.choose_n(torch.device("cpu"), torch.float32, target_ms=1e-6) == ceilings.MIN_N
-    assert ceilings.choose_n(torch.device("cpu"), torch.float32, max_n=512, target_ms=1e9) == 512
+    assert ceilings.choose_n(torch.device("cpu"), torch.float32, max_n=512, target_ms=1e9) in (256, 512)
     assert ceilings.matmul_tflops("cpu", torch.float64, n=128, warmup=0, reps=1)["n"] == 128
+
+
+@pytest.mark.parametrize("probe_ms, expected", [
+    # Latency-bound small sizes, then the rate improves until a product passes the target (50 ms).
+    ({256: 16.0, 512: 20.0, 1024: 40.0, 2048: 300.0}, 1024),
+    # The best rate is the last size probed, but that product took over 2 × the target: not timed.
+    ({256: 0.5, 512: 2.0, 1024: 15.0, 2048: 110.0}, 1024),
+    # A slow dtype: the first size is already over the target; it is the one timed.
+    ({256: 180.0}, 256),
+    # A fast device: every size up to the cap.
+    ({256: 0.01, 512: 0.05, 1024: 0.3, 2048: 2.0}, 2048),
+])
+def test_size_with_the_best_probed_rate_is_timed(monkeypatch, probe_ms, expected):
+    probed = []
+
+    def fake_probe(a, target_ms):
+        probed.append(a.shape[0])
+        return probe_ms[a.shape[0]]
+
+    monkeypatch.setattr(ceilings, "_probe_ms", fake_probe)
+    monkeypatch.setattr(ceilings, "MIN_N", 256)
+    assert ceilings.choose_n(torch.device("cpu"), torch.float32, max_n=2048) == expected
+    assert probed == sorted(probe_ms)  # doubling, stopping after the first product over the target
 
 
 def test_the_whole_measurement_is_fast_on_cpu_and_round_trips(tmp_path):

@@ -119,7 +119,7 @@ def test_answer_links_point_at_the_rows_behind_them(page):
 
 def test_the_first_screen_answers_which_cp_strategy(page):
     rows = page.tables["best-cp-table"]
-    assert rows[0] == ["mask", "GPUs", "forward", "backward"]
+    assert rows[0] == ["mask", "CP size", "forward", "backward"]
     two = next(r for r in rows[1:] if r[:2] == ["causal", "2"])
     assert two[2].startswith("ring (fast_kernel) 0.9 TFLOPs/s per GPU at 256 tokens (128 per GPU)")
     assert "efficiency 0.9 vs one GPU" in two[2] and "next: ulysses (0.7)" in two[2]

@@ -17,6 +17,7 @@ configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 include: "rules/common.smk"
 include: "rules/kernels.smk"
+include: "rules/cp.smk"
 include: "rules/aggregate.smk"
 include: "rules/plots.smk"
 include: "rules/report.smk"

@@ -109,6 +109,29 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def _cp_cell(args: argparse.Namespace) -> int:
+    from .cp.launch import run
+
+    settings = json.loads(args.settings)
+    cell_id = args.cell_id or "{strategy}/{mask}/{dtype}_{direction}_{seqlen}_cp{cp_size}".format(**settings)
+    row = run(settings, args.out, cell_id=cell_id, fingerprint=args.fingerprint, timeout_s=args.timeout,
+              threads=args.threads)
+    summary = f"{cell_id}: {row['status']}"
+    summary += (f" {row['tflops_per_gpu']:.3f} TFLOPs/s per GPU" if row["status"] == "ok"
+                else f" ({row['reason']})")
+    print(summary, file=sys.stderr)
+    return 0
+
+
+def _cp_strategies(args: argparse.Namespace) -> int:
+    from . import cp
+
+    for name in cp.names():
+        cls = cp.get(name)
+        print(f"{name:16s} {cls.description}  (options: {json.dumps(cls.options, sort_keys=True)})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="longca", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -149,6 +172,18 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--idle", type=float, default=None,
                         help="exit after this many idle seconds (default: $LONGCA_WORKER_IDLE_S or 120)")
     worker.set_defaults(func=_worker)
+
+    cpc = sub.add_parser("cp-cell", help="measure one CP cell under torchrun and write one JSON row")
+    cpc.add_argument("--settings", required=True, help="the cell's resolved settings (JSON)")
+    cpc.add_argument("--out", required=True)
+    cpc.add_argument("--cell-id", default=None)
+    cpc.add_argument("--fingerprint", default=None)
+    cpc.add_argument("--timeout", type=float, default=600, help="seconds before the whole job is killed")
+    cpc.add_argument("--threads", type=int, default=0, help="CPU threads for the cell, shared by its ranks")
+    cpc.set_defaults(func=_cp_cell)
+
+    cps = sub.add_parser("cp-strategies", help="list the CP strategies and their options")
+    cps.set_defaults(func=_cp_strategies)
 
     ks = sub.add_parser("kernels", help="list kernels and whether they run on this machine")
     ks.set_defaults(func=_kernels)

@@ -130,14 +130,77 @@ def _check_semantics(config: dict) -> None:
             kernels.get(name).with_options(options)
         except ValueError as exc:
             problems.append(f"config.kernel_options.{name}: {exc}")
-    if config["cp_strategies"]:
-        problems.append("config.cp_strategies: no context-parallel strategy is implemented yet "
-                        f"(got {', '.join(config['cp_strategies'])})")
+    problems += _cp_problems(config, labels)
     if config["heads_q"] % config["heads_kv"]:
         problems.append(f"config.heads_q: {config['heads_q']} is not a multiple of "
                         f"config.heads_kv = {config['heads_kv']}")
     if problems:
         raise ConfigError("invalid LongCA configuration:\n  " + "\n  ".join(problems))
+
+
+def _cp_problems(config: dict, mask_labels: set[str]) -> list[str]:
+    from . import cp
+
+    problems = []
+    known = cp.names()
+    for i, name in enumerate(config["cp_strategies"]):
+        if name not in known:
+            problems.append(f"config.cp_strategies[{i}]: unknown CP strategy {name!r}; known: {', '.join(known)}")
+    for name, options in config["cp_options"].items():
+        if name not in known:
+            problems.append(f"config.cp_options.{name}: unknown CP strategy {name!r}; known: {', '.join(known)}")
+            continue
+        accepted = cp.get(name).options
+        for key in sorted(set(options) - set(accepted)):
+            problems.append(f"config.cp_options.{name}: unknown option {key!r} "
+                            f"(it accepts: {', '.join(sorted(accepted))})")
+    for i, name in enumerate(config["cp_masks"] or []):
+        if name not in mask_labels:
+            problems.append(f"config.cp_masks[{i}]: {name!r} is not one of config.masks "
+                            f"({', '.join(sorted(mask_labels))})")
+    if config["cp_strategies"] and not config["cp_sizes"]:
+        problems.append("config.cp_sizes: CP strategies are listed but no CP size")
+    return problems
+
+
+@dataclass(frozen=True)
+class CPCell:
+    strategy: str
+    mask: str
+    tokens_per_rank: int
+    cp_size: int
+    direction: str
+    dtype: str
+
+    @property
+    def path(self) -> str:
+        return (f"results/cells/cp/{self.strategy}/{self.mask}/"
+                f"{self.dtype}_{self.direction}_{self.tokens_per_rank}x{self.cp_size}.json")
+
+
+def cp_cells(config: dict) -> Iterator[CPCell]:
+    masks_ = config["cp_masks"] or [e.name for e in mask_entries(config)]
+    tokens = config["cp_tokens_per_rank"] or config["seqlens"]
+    for strategy, mask, n, size, direction, dtype in itertools.product(
+            config["cp_strategies"], masks_, tokens, config["cp_sizes"], config["directions"], config["dtypes"]):
+        yield CPCell(strategy, mask, n, size, direction, dtype)
+
+
+def cp_cell_settings(config: dict, strategy: str, mask: str, tokens_per_rank: int, cp_size: int,
+                     direction: str, dtype: str) -> dict:
+    """Exactly the resolved settings that determine one CP cell's number (its cache key)."""
+    entry = {e.name: e for e in mask_entries(config)}[mask]
+    settings = {
+        "strategy": strategy, "mask": mask, "pattern": entry.pattern, "mask_params": entry.params,
+        "seqlen": int(tokens_per_rank) * int(cp_size), "cp_size": int(cp_size), "direction": direction,
+        "dtype": dtype, "batch": config["batch"], "heads_q": config["heads_q"], "heads_kv": config["heads_kv"],
+        "head_dim": config["head_dim"], "seed": config["seed"], "gate_seqlen": config["gate_seqlen"],
+        "warmup": config["timing"]["warmup"], "reps": config["timing"]["reps"], "device": config["device"],
+    }
+    options = config.get("cp_options", {}).get(strategy)
+    if options:
+        settings["strategy_options"] = options
+    return settings
 
 
 @dataclass(frozen=True)

@@ -38,3 +38,14 @@ def kernel_fingerprint(kernel: str) -> str:
     from . import kernels
 
     return files_fingerprint([PACKAGE / p for p in MEASUREMENT_CODE] + [kernels.source_file(kernel)])
+
+
+def cp_fingerprint(strategy: str, local_kernel: str | None = None) -> str:
+    """A CP cell's code: the shared measurement code, the strategy's module and the CP machinery,
+    and the local kernel's adapter with its attention-with-LSE ops."""
+    from . import cp, kernels
+
+    files = [PACKAGE / p for p in MEASUREMENT_CODE] + cp.source_files(strategy) + [PACKAGE / "kernels" / "_lse_ops.py"]
+    if local_kernel:
+        files.append(kernels.source_file(local_kernel))
+    return files_fingerprint(files)

@@ -85,6 +85,7 @@ CP_SCHEMA = pa.schema(
         ("nodes", pa.int32()),
         ("local_kernel", pa.string()),
         ("layout", pa.string()),
+        ("tokens_per_rank", pa.int64()),
     ] + _PROBLEM + _OUTCOME + [
         ("rank_median_ms", pa.list_(pa.float64())),
         ("rank_p20_ms", pa.list_(pa.float64())),
@@ -98,6 +99,7 @@ CP_SCHEMA = pa.schema(
         ("rank_comm_bytes", pa.list_(pa.int64())),
         ("rank_area", pa.list_(pa.int64())),
     ] + _GATE + [
+        ("notes", pa.string()),
         ("backend", pa.string()),
         ("device_name", pa.string()),
         ("cpu_name", pa.string()),

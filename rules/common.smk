@@ -4,12 +4,12 @@ import json
 
 from longca import config as longca_config
 from longca import gpu_slots
-from longca.fingerprint import kernel_fingerprint
+from longca.fingerprint import cp_fingerprint, kernel_fingerprint
 
 # Validated before any job starts; a bad key stops here with a message naming it.
 CFG = longca_config.validate(config)
 KERNEL_CELLS = list(longca_config.kernel_cells(CFG))
-CP_CELLS = []  # context-parallel cells land with the CP strategies (config cp_strategies × cp_sizes)
+CP_CELLS = list(longca_config.cp_cells(CFG))
 MASK_NAMES = [entry.name for entry in longca_config.mask_entries(CFG)]
 PYTHON = sys.executable
 # Isolation and limits reach run-cell as flags, not params: a limit is not part of any cache key.
@@ -23,6 +23,8 @@ if CFG["device"] == "cuda" and not GPUS:
 
 wildcard_constraints:
     seqlen=r"\d+",
+    tokens=r"\d+",
+    cp_size=r"\d+",
     direction="fwd|bwd",
 
 

@@ -53,6 +53,9 @@ class Strategy:
         """Prepare everything untimed; raise Unsupported with the reason when this cannot run."""
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Undo whatever ``plan`` switched on globally (most strategies: nothing)."""
+
     # --- the contract --------------------------------------------------------------------------
     def dispatch(self, x_global: torch.Tensor) -> torch.Tensor:
         return self.layout.dispatch(x_global, self.rank)

@@ -134,6 +134,7 @@ def correctness_gate(spec: CPSpec, problem: Problem):
         verdict = (worst <= tol, worst, tol,
                    f"relative L2 error vs float64 reference at seqlen {problem.seqlen}: {detail} "
                    f"(tolerance {tol:.0e})")
+    strategy.close()
     box = [verdict]
     dist.broadcast_object_list(box, src=0)
     return box[0]
@@ -165,6 +166,7 @@ def time_strategy(spec: CPSpec, problem: Problem):
     run()
     comm_bytes = strategy.comm_bytes
     samples, peak = timing.sample(run, device=device, warmup=spec.warmup, reps=spec.reps, setup=setup)
+    strategy.close()
     return strategy, samples, peak, comm_bytes
 
 

@@ -85,6 +85,8 @@ class CpuFlashOps(LseOps):
         return out, _lse_bhs(lse, q.shape[2])
 
     def backward(self, dout, q, k, v, out, lse, causal, bias, scale):
+        # The kernel keeps its statistics in float32, float64 for float64 inputs.
+        lse = lse.to(torch.float64 if q.dtype == torch.float64 else torch.float32)
         return aten._scaled_dot_product_flash_attention_for_cpu_backward(
             dout, q, k, v, out, lse, 0.0, causal, attn_mask=None if bias is None else bias.to(q.dtype),
             scale=scale)

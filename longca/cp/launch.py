@@ -1,0 +1,80 @@
+"""``longca cp-cell``: start one CP cell under ``torchrun`` and make sure a row comes out of it.
+
+rank 0 writes the row when the cell runs to the end (ok, unsupported, wrong, oom, or a collective
+that timed out).  When the job dies (a crash, a rank killed) or outlives the cell's time limit
+(the whole process session is killed), this launcher writes the row itself: ``error`` with the
+exit status and the end of the log, or ``timeout``.  Either way the row is written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..atomic import write_json_atomic
+
+# Ranks give up on a collective somewhat before the launcher kills them, so a hung collective is
+# reported by rank 0 with what it was doing.
+COLLECTIVE_SHARE = 0.8
+
+
+def torchrun_command(settings: dict, out: str, *, cell_id: str, fingerprint: str | None, timeout_s: float,
+                     threads: int) -> list[str]:
+    nproc = int(settings["cp_size"])
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           "-m", "longca.cp", "--settings", json.dumps(settings, sort_keys=True), "--out", out,
+           "--cell-id", cell_id, "--timeout", f"{max(timeout_s * COLLECTIVE_SHARE, 5):g}"]
+    if fingerprint:
+        cmd += ["--fingerprint", fingerprint]
+    if threads:
+        cmd += ["--threads", str(max(1, threads // nproc))]  # the cell's cores, shared by its ranks
+    return cmd
+
+
+def failure_row(settings: dict, status: str, reason: str, *, cell_id: str, fingerprint: str | None,
+                wall_s: float) -> dict:
+    row = {"kind": "cp", **settings, "status": status, "reason": reason, "cell_id": cell_id,
+           "fingerprint": fingerprint, "wall_s": wall_s}
+    row["mask_params"] = json.dumps(settings.get("mask_params", {}), sort_keys=True)
+    row["strategy_options"] = json.dumps(settings.get("strategy_options", {}), sort_keys=True)
+    row["tokens_per_rank"] = settings["seqlen"] // settings["cp_size"]
+    return row
+
+
+def run(settings: dict, out: str, *, cell_id: str, fingerprint: str | None = None, timeout_s: float = 600,
+        threads: int = 0) -> dict:
+    started = time.time()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    if os.path.exists(out):
+        os.remove(out)  # a stale row must not pass for this run's
+    cmd = torchrun_command(settings, out, cell_id=cell_id, fingerprint=fingerprint, timeout_s=timeout_s,
+                           threads=threads)
+    # Its own session, so a timeout kills torchrun and every rank it started.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    timed_out = False
+    try:
+        log, _ = proc.communicate(timeout=timeout_s or None)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        os.killpg(proc.pid, signal.SIGKILL)
+        log, _ = proc.communicate()
+    sys.stderr.write(log or "")
+    if os.path.exists(out) and not timed_out:
+        with open(out) as f:
+            return json.load(f)
+    wall = time.time() - started
+    if timed_out:
+        row = failure_row(settings, "timeout", f"CP cell killed after its {timeout_s:g} s limit",
+                          cell_id=cell_id, fingerprint=fingerprint, wall_s=wall)
+    else:
+        tail = " | ".join(line for line in (log or "").strip().splitlines()[-6:])
+        row = failure_row(settings, "error", f"torchrun exited with status {proc.returncode} and no row: {tail}",
+                          cell_id=cell_id, fingerprint=fingerprint, wall_s=wall)
+    write_json_atomic(row, out)
+    return row

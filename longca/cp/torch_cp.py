@@ -1,0 +1,92 @@
+"""``torch_cp``: PyTorch's own context parallelism (``torch.distributed.tensor.experimental``), the
+external baseline.
+
+PyTorch swaps the CUDA SDPA ops (flash, efficient, cuDNN) for ring versions while its dispatcher is
+on; it takes ``is_causal`` (so ``full`` and ``causal``), expects the head-tail layout for causal
+(its load balancer's), and has no GQA: KV heads are expanded to the query heads, and the row's
+notes say so.  Its collectives rotate K/V by all-gather (default) or all-to-all
+(``rotate_method``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..masks import SliceKind
+from . import layout as layouts
+from . import register
+from .base import Strategy, Unsupported
+
+_BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_efficient": "EFFICIENT_ATTENTION",
+             "sdpa_cudnn": "CUDNN_ATTENTION"}
+
+
+def _native(mask) -> str | None:
+    if len(mask.slices) != 1:
+        return None
+    (s,) = mask.slices
+    if (s.q_start, s.k_start, s.q_end, s.k_end) != (0, 0, mask.seqlen_q, mask.seqlen_k):
+        return None
+    return {SliceKind.FULL: "full", SliceKind.CAUSAL: "causal"}.get(s.kind)
+
+
+@register
+class TorchCP(Strategy):
+    name = "torch_cp"
+    description = "PyTorch's context_parallel (ring SDPA through its DTensor dispatcher)"
+    options = {"local_kernel": "sdpa_cudnn", "rotate_method": "allgather"}
+
+    def plan(self, mask, heads_q, heads_kv, head_dim, device, dtype) -> None:
+        if torch.device(device).type != "cuda":
+            raise Unsupported("PyTorch's context_parallel replaces only the CUDA SDPA kernels (flash, "
+                              "efficient, cuDNN); on CPU SDPA would silently attend to the local shard")
+        kind = _native(mask)
+        if kind is None:
+            raise Unsupported(f"PyTorch's context_parallel takes SDPA's is_causal only (full or causal), "
+                              f"not {mask.name!r}")
+        kernel = self.opts["local_kernel"]
+        if kernel not in _BACKENDS:
+            raise Unsupported(f"PyTorch's context_parallel runs SDPA's {', '.join(_BACKENDS)}, not {kernel}")
+        try:
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.tensor.experimental import _attention as cpa
+        except ImportError as exc:
+            raise Unsupported(f"this PyTorch has no context_parallel: {exc}") from None
+        self.cpa = cpa
+        self.causal = kind == "causal"
+        self.backend = getattr(torch.nn.attention.SDPBackend, _BACKENDS[kernel])
+        self.group_size = heads_q // heads_kv
+        # Its load balancer (head-tail) is on for causal and must be off for full.
+        self.layout = layouts.build("zigzag" if self.causal else "contiguous", mask, self.world)
+        self.mesh = init_device_mesh("cuda", (self.world,))
+        cpa.set_rotate_method(self.opts["rotate_method"])  # "allgather" or "alltoall"
+        cpa._cp_options.enable_load_balance = self.causal
+        self.rank_area = mask.area() // self.world
+        self.notes = {"layout": self.layout.name, "kv_expanded": self.group_size > 1,
+                      "rotate_method": self.opts["rotate_method"]}
+        # Forward and backward both run through the patched ops: on from here until close().
+        # Entered through the public context manager (its private helpers are renamed between
+        # releases); the buffer it shards is a dummy: our dispatch() lays the inputs out.
+        import contextlib
+
+        self._stack = contextlib.ExitStack()
+        dummy = torch.zeros(1, 1, 2 * self.world, 1, device=device)
+        self._stack.enter_context(cpa.context_parallel(self.mesh, buffers=[dummy], buffer_seq_dims=[2],
+                                                       no_restore_buffers={dummy}))
+        cpa._cp_options.enable_load_balance = self.causal
+
+    def close(self) -> None:
+        stack = getattr(self, "_stack", None)
+        if stack is not None:
+            self._stack = None
+            stack.close()
+
+    def attention(self, q, k, v):
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if self.group_size > 1:  # no GQA in PyTorch's CP ops
+            k = k.repeat_interleave(self.group_size, dim=1)
+            v = v.repeat_interleave(self.group_size, dim=1)
+        with torch.nn.attention.sdpa_kernel([self.backend]):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return out.transpose(1, 2)

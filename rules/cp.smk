@@ -1,0 +1,36 @@
+# One CP cell = one torchrun job = one row (longca cp-cell starts torchrun and guarantees the row).
+
+
+def cp_cell_settings(wildcards) -> str:
+    settings = longca_config.cp_cell_settings(CFG, wildcards.strategy, wildcards.mask, int(wildcards.tokens),
+                                              int(wildcards.cp_size), wildcards.direction, wildcards.dtype)
+    return json.dumps(settings, sort_keys=True)
+
+
+@functools.lru_cache(maxsize=None)
+def cached_cp_fingerprint(strategy: str) -> str:
+    from longca import cp as longca_cp
+
+    local_kernel = {**longca_cp.get(strategy).options, **CFG["cp_options"].get(strategy, {})}.get("local_kernel")
+    return cp_fingerprint(strategy, local_kernel)
+
+
+rule cp_cell:
+    output:
+        "results/cells/cp/{strategy}/{mask}/{dtype}_{direction}_{tokens}x{cp_size}.json",
+    log:
+        "results/logs/cp/{strategy}/{mask}/{dtype}_{direction}_{tokens}x{cp_size}.log",
+    params:
+        settings=cp_cell_settings,
+        fingerprint=lambda wc: cached_cp_fingerprint(wc.strategy),
+        python=PYTHON,
+        timeout=CFG["limits"]["cell_timeout_s"],
+    threads: CELL_THREADS
+    resources:
+        # On GPUs a CP cell holds cp_size of them; `--resources gpu=N` keeps cells from sharing GPUs.
+        gpu=lambda wc: int(wc.cp_size) if GPUS else 0,
+    shell:
+        "{params.python} -m longca cp-cell --settings {params.settings:q} --threads {threads} "
+        "--timeout {params.timeout} --fingerprint {params.fingerprint} "
+        "--cell-id {wildcards.strategy}/{wildcards.mask}/{wildcards.dtype}_{wildcards.direction}_{wildcards.tokens}x{wildcards.cp_size} "
+        "--out {output} 2> {log}"

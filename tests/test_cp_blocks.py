@@ -1,0 +1,149 @@
+"""CP machinery without a process group: block restriction, layouts, the guarded LSE merge, pieces."""
+
+import random
+
+import pytest
+import torch
+
+from longca import masks
+from longca.cp import layout as layouts
+from longca.cp.blocks import Span, restrict
+from longca.cp.local import BlockAttention, merge_into, to_pieces
+from longca.masks import AttnMask
+
+PATTERNS = ["full", "causal", "sliding_window", "sliding_window_causal", "varlen_full", "varlen_causal",
+            "shared_question", "causal_blockwise", "prefix_lm_causal", "prefix_lm_varlen",
+            "global_sliding_window", "varlen_block_causal"]
+PARAMS = {"sliding_window": {"window": 23}, "sliding_window_causal": {"window": 31},
+          "global_sliding_window": {"window": 17, "global_tokens": 5}, "varlen_block_causal": {"block": 16}}
+DOCS = {"histogram": {"edges": [8, 24, 90], "weights": [1, 1]}}
+
+
+def _mask(name: str, seqlen: int, seed: int) -> AttnMask:
+    params = dict(PARAMS.get(name, {}))
+    if name in masks.DOCUMENT_PATTERNS and name != "varlen_block_causal":
+        params.update(DOCS)
+    return masks.build(name, seqlen, seed=seed, **params)
+
+
+def _dense(slices, lq, lk):
+    return AttnMask("block", lq, lk, tuple(slices)).to_dense()
+
+
+def _random_spans(seqlen: int, rng: random.Random):
+    cuts = sorted(rng.sample(range(1, seqlen), rng.randint(1, 6)))
+    ranges = list(zip([0] + cuts, cuts + [seqlen]))
+    rng.shuffle(ranges)
+    take = ranges[: rng.randint(1, len(ranges))]
+    spans, off = [], 0
+    for a, b in take:
+        spans.append(Span(a, b, off))
+        off += b - a
+    return tuple(spans), off
+
+
+@pytest.mark.parametrize("name", PATTERNS)
+def test_restrict_equals_dense_submatrix(name):
+    """Any query spans × key spans: the restricted slices are exactly the dense mask's sub-block."""
+    rng = random.Random(name)
+    for seed in range(3):
+        seqlen = rng.choice([96, 130, 257])
+        mask = _mask(name, seqlen, seed)
+        dense = mask.to_dense()
+        for _ in range(6):
+            qs, lq = _random_spans(seqlen, rng)
+            ks, lk = _random_spans(seqlen, rng)
+            q_idx = torch.cat([torch.arange(s.start, s.end) for s in qs])
+            k_idx = torch.cat([torch.arange(s.start, s.end) for s in ks])
+            got = restrict(mask, qs, ks)
+            assert torch.equal(_dense(got, lq, lk), dense[q_idx][:, k_idx]), (name, seed, qs, ks)
+            masks.check_disjoint(got)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag", "per_document_zigzag"])
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_layouts_partition_the_sequence(layout, world):
+    mask = _mask("varlen_causal", 203, 1)
+    lay = layouts.build(layout, mask, world)
+    x = torch.randn(1, 203, 2, 3)
+    shards = [lay.dispatch(x, r) for r in range(world)]
+    assert all(s.shape[1] == lay.shard_len for s in shards)
+    assert torch.equal(lay.assemble(shards), x)
+    covered = torch.cat([lay.index(r) for r in range(world)])
+    assert sorted(covered[covered >= 0].tolist()) == list(range(203))
+
+
+def test_zigzag_balances_causal_work():
+    mask = masks.build("causal", 4096)
+    for world in (2, 4, 8):
+        lay = layouts.build("zigzag", mask, world)
+        every = tuple(Span(s.start, s.end, s.offset + r * lay.shard_len)
+                      for r in range(world) for s in lay.shards[r])
+        areas = [sum(s.area() for s in restrict(mask, lay.shards[r], every)) for r in range(world)]
+        assert sum(areas) == mask.area()
+        assert max(areas) / min(areas) < 1.01
+        contiguous = layouts.build("contiguous", mask, world)
+        every_c = tuple(Span(s.start, s.end, s.offset + r * contiguous.shard_len)
+                        for r in range(world) for s in contiguous.shards[r])
+        areas_c = [sum(s.area() for s in restrict(mask, contiguous.shards[r], every_c)) for r in range(world)]
+        assert max(areas_c) / min(areas_c) > 2  # the imbalance zigzag removes
+
+
+def test_per_document_zigzag_balances_packed_documents():
+    mask = masks.build("varlen_causal", 8192, seed=2, histogram={"edges": [256, 1024, 4096], "weights": [1, 2]})
+    assert len(mask.documents) > 2
+    world = 4
+    areas = {}
+    for name in ("contiguous", "per_document_zigzag"):
+        lay = layouts.build(name, mask, world)
+        every = tuple(Span(s.start, s.end, s.offset + r * lay.shard_len) for r in range(world) for s in lay.shards[r])
+        areas[name] = [sum(s.area() for s in restrict(mask, lay.shards[r], every)) for r in range(world)]
+        assert sum(areas[name]) == mask.area()
+    spread = {k: max(v) / min(v) for k, v in areas.items()}
+    assert spread["per_document_zigzag"] < 1.05 < spread["contiguous"]
+
+
+def test_merge_guards_rows_without_keys():
+    acc_out = torch.zeros(1, 1, 3, 2)
+    acc_lse = torch.full((1, 1, 3), float("-inf"))
+    out = torch.tensor([[[[1.0, 2.0], [0.0, 0.0], [5.0, 6.0]]]])
+    lse = torch.tensor([[[0.5, float("-inf"), 1.0]]])
+    merge_into(acc_out, acc_lse, out, lse)
+    merge_into(acc_out, acc_lse, torch.full_like(out, 3.0), torch.tensor([[[0.5, float("-inf"), float("-inf")]]]))
+    assert torch.isfinite(acc_out).all()
+    assert torch.allclose(acc_out[0, 0, 0], torch.tensor([2.0, 2.5]))   # equal weights
+    assert torch.equal(acc_out[0, 0, 1], torch.zeros(2)) and acc_lse[0, 0, 1] == float("-inf")
+    assert torch.allclose(acc_out[0, 0, 2], torch.tensor([5.0, 6.0]))
+
+
+@pytest.mark.parametrize("kernel", ["sdpa_math", "sdpa_flash"])
+def test_block_attention_pieces_match_reference(kernel):
+    """A whole mask as one block: pieces + merge reproduce the exact reference, forward and backward."""
+    from longca import reference
+
+    torch.manual_seed(0)
+    for name in ("causal", "sliding_window", "varlen_causal", "global_sliding_window"):
+        mask = _mask(name, 100, 0)
+        block = BlockAttention(kernel, torch.device("cpu"), 4, 2, 8)
+        spans = (Span(0, 100, 0),)
+        pieces = block.pieces(restrict(mask, spans, spans))
+        q, k, v, do = (torch.randn(1, 100, h, 8, dtype=torch.float64) for h in (4, 2, 2, 4))
+        acc = block.new_accumulators(q)
+        block.forward(q, k, v, pieces, acc)
+        out, lse = block.finish(acc, q.dtype)
+        ref, ref_lse = reference.attention(q, k, v, mask, return_lse=True)
+        assert torch.allclose(out, ref, atol=1e-6), name
+        dq = torch.zeros(1, 4, 100, 8)
+        dk, dv = block.backward(do, q, k, v, out, block.backward_lse(lse), pieces, dq)
+        qr, kr, vr = (t.clone().requires_grad_(True) for t in (q, k, v))
+        rg = torch.autograd.grad(reference.attention(qr, kr, vr, mask), (qr, kr, vr), do)
+        for got, want in zip((dq.transpose(1, 2), dk, dv), rg):
+            assert torch.allclose(got.double(), want, atol=1e-5), name
+
+
+def test_flash_without_mask_tensor_is_unsupported_for_diagonal_pieces():
+    from longca.cp.base import Unsupported
+    from longca.masks import AttnSlice
+
+    with pytest.raises(Unsupported, match="bi_causal"):
+        to_pieces([AttnSlice(0, 4, 0, 8, "bi_causal")], frozenset({"full", "causal"}), "sdpa_flash")

@@ -28,7 +28,8 @@ localrules:
 
 rule ceilings:
     # A real measurement (dense matmul rate per dtype) on the cells' device with the cells' threads;
-    # figures draw it as a line.  Reruns when the device, dtypes, threads or its code change.
+    # figures draw it as a line.  Reruns when the device, the dtypes or its code change (like a cell,
+    # not when `threads`, `gpus` or limits do).
     output:
         "results/ceilings.json",
     log:
@@ -36,7 +37,6 @@ rule ceilings:
     params:
         device=CFG["device"],
         dtypes=CFG["dtypes"],
-        gpus=CFG["gpus"],
         fingerprint=files_fingerprint([Path(workflow.basedir, "longca", f) for f in ("ceilings.py", "timing.py")]),
     threads: CELL_THREADS
     resources:

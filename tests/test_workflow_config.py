@@ -1,6 +1,7 @@
 """Config keys of the workflow: per-kernel options, limits, isolation, GPUs, CP axes."""
 
 import os
+import re
 import subprocess
 
 import pytest
@@ -66,7 +67,16 @@ def test_gpu_cells_get_a_gpu_each_and_share_the_cores(tmp_path):
     proc = subprocess.run(command(tmp_path, "all", "-n", cores=4), env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
-    assert out.count("gpu=1") == 2 and out.count("threads: 2") == 2
+    jobs = {}  # rule name -> its planned jobs' text
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
+        m = re.match(r"(?:local)?rule (\w+):", block)
+        if m:
+            jobs.setdefault(m.group(1), []).append(block)
+    assert len(jobs["kernel_cell"]) == 2
+    assert all("gpu=1" in b and "threads: 2" in b for b in jobs["kernel_cell"])
+    # The machine-ceiling measurement takes a GPU like a cell does.
+    assert len(jobs["ceilings"]) == 1 and "gpu=1" in jobs["ceilings"][0] and "threads: 2" in jobs["ceilings"][0]
+    assert out.count("gpu=1") == 3
     env["CUDA_VISIBLE_DEVICES"] = ""
     proc = subprocess.run(command(tmp_path, "all", "-n", cores=4), env=env, capture_output=True, text=True)
     assert proc.returncode != 0 and "config.device: cuda, but no GPU is visible" in proc.stdout + proc.stderr

@@ -10,7 +10,8 @@ with open(sm.log[0], "w") as log, contextlib.redirect_stderr(log):
     if sm.params.device == "cuda":
         from longca import gpu_slots
 
-        slot = gpu_slots.acquire(gpu_slots.visible_devices(sm.params.gpus))
+        # config `gpus` only says how many GPUs cells may use: not a param, so changing it reruns nothing.
+        slot = gpu_slots.acquire(gpu_slots.visible_devices(sm.config.get("gpus") or 0))
         os.environ["CUDA_VISIBLE_DEVICES"] = slot.device  # before CUDA is initialised
     with slot:
         from longca import ceilings

@@ -312,16 +312,20 @@ def cp_efficiency(cp: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
     if out.empty:
         return out
     keys = [k for k in BASELINE_KEYS if k in out.columns and k in kernels.columns]
+
+    def norm(value):  # a missing value matches a missing value (NaN != NaN)
+        return None if value is None or (isinstance(value, float) and np.isnan(value)) else value
+
     index = {}
     for row in kernels.itertuples(index=False):
-        key = (row.kernel, int(row.seqlen)) + tuple(getattr(row, k) for k in keys)
+        key = (row.kernel, int(row.seqlen)) + tuple(norm(getattr(row, k)) for k in keys)
         index.setdefault(key, row)
     for i, row in out.iterrows():
         tpr = row["tokens_per_rank"]
         if pd.isna(tpr):
             out.at[i, "baseline_note"] = "tokens per rank unknown"
             continue
-        key = (row["local_kernel"], int(tpr)) + tuple(row[k] for k in keys)
+        key = (row["local_kernel"], int(tpr)) + tuple(norm(row[k]) for k in keys)
         base = index.get(key)
         if base is None:
             out.at[i, "baseline_note"] = (f"no single-GPU {row['local_kernel']} cell at {int(tpr)} tokens "

@@ -133,6 +133,18 @@ def test_cp_efficiency_says_why_a_baseline_is_missing(kernels):
     assert eff.loc[2:, "efficiency"].notna().sum() == len(cp) - 2 - 2  # all but these two and the OOM pair
 
 
+def test_cp_efficiency_matches_rows_whose_shapes_were_not_recorded(kernels):
+    # Missing values (NaN in pandas) on both sides still name the same problem.
+    k, cp = kernels.copy(), rd.cp_df()
+    for col in ("batch", "heads_q", "heads_kv", "head_dim"):
+        k[col], cp[col] = np.nan, np.nan
+    eff = plots.cp_efficiency(cp, k).set_index("cell_id")
+    assert eff.loc["ring/causal/bfloat16_fwd_64x2", "efficiency"] == pytest.approx(0.9)
+    # A recorded shape that differs is another problem: no baseline.
+    cp["heads_q"] = 8
+    assert plots.cp_efficiency(cp, k)["efficiency"].isna().all()
+
+
 def test_cp_figures_draw_a_line_per_strategy_markers_and_reference_lines(kernels):
     cp = rd.cp_df()
     fig = plots.cp_scaling_figure(cp, "causal", rd.CEILINGS)

@@ -68,8 +68,8 @@ def test_gpu_cells_get_a_gpu_each_and_share_the_cores(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
     jobs = {}  # rule name -> its planned jobs' text
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", out):
-        m = re.match(r"(?:local)?rule (\w+):", block)
+    for block in re.split(r"\n(?=[ \t]*(?:local)?rule \w+:)", out):  # grouped jobs are indented
+        m = re.match(r"[ \t]*(?:local)?rule (\w+):", block)
         if m:
             jobs.setdefault(m.group(1), []).append(block)
     assert len(jobs["kernel_cell"]) == 2

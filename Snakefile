@@ -28,3 +28,18 @@ rule all:
         "results/kernels.parquet",
         "results/cp.parquet",
         "results/report.html",
+
+
+# A job that dies (cancelled, killed at its time limit, node lost) leaves its cells without rows:
+# give them failure rows naming the job's log, so the tables show them; their files stay missing,
+# so the next run resubmits exactly those cells.
+onerror:
+    from longca import lost_cells
+
+    lost_cells.record(CFG, KERNEL_CELLS, CP_CELLS, main_log=log)
+
+
+onsuccess:
+    from longca import lost_cells
+
+    lost_cells.clear()  # every cell has its own row now: the stand-ins of an earlier failed run go

@@ -200,7 +200,26 @@ def cp_cell_settings(config: dict, strategy: str, mask: str, tokens_per_rank: in
     options = config.get("cp_options", {}).get(strategy)
     if options:
         settings["strategy_options"] = options
+    if config.get("ranks_per_node"):
+        settings["ranks_per_node"] = min(int(config["ranks_per_node"]), int(cp_size))
     return settings
+
+
+def cp_nodes(cp_size: int, ranks_per_node: int) -> int:
+    """Nodes a CP cell spans: ceil(cp_size / ranks_per_node); one when ranks_per_node is 0."""
+    return -(-int(cp_size) // int(ranks_per_node)) if ranks_per_node else 1
+
+
+def slurm_resources(config: dict) -> dict:
+    """Partition and account for every job, from config or the environment (absent when neither)."""
+    import os
+
+    out = {}
+    for key, env in (("slurm_partition", "LONGCA_SLURM_PARTITION"), ("slurm_account", "LONGCA_SLURM_ACCOUNT")):
+        value = config.get(key) or os.environ.get(env)
+        if value:
+            out[key] = value
+    return out
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,17 @@ PYTHON = sys.executable
 # Isolation and limits reach run-cell as flags, not params: a limit is not part of any cache key.
 LIMIT_FLAGS = longca_config.cell_limits(CFG)
 # GPU cells: one slot per device (longca.gpu_slots picks the device; this only sizes the concurrency).
-GPUS = len(gpu_slots.visible_devices(CFG["gpus"])) if CFG["device"] == "cuda" else 0
-if CFG["device"] == "cuda" and not GPUS:
-    raise longca_config.ConfigError("config.device: cuda, but no GPU is visible "
-                                    "(CUDA_VISIBLE_DEVICES is empty and nvidia-smi lists none)")
+# Under a cluster executor (SLURM) the jobs run on other machines: the submit host needs no GPU, and
+# `gpus` (default 1) is what each node offers a kernel cell job.
+if workflow.local_exec:
+    GPUS = len(gpu_slots.visible_devices(CFG["gpus"])) if CFG["device"] == "cuda" else 0
+    if CFG["device"] == "cuda" and not GPUS:
+        raise longca_config.ConfigError("config.device: cuda, but no GPU is visible "
+                                        "(CUDA_VISIBLE_DEVICES is empty and nvidia-smi lists none)")
+else:
+    GPUS = (CFG["gpus"] or 1) if CFG["device"] == "cuda" else 0
+# Partition and account for every job (config or environment); nothing when neither is set.
+SLURM_RESOURCES = longca_config.slurm_resources(CFG)
 
 
 wildcard_constraints:
@@ -43,7 +50,7 @@ def cached_kernel_fingerprint(kernel: str) -> str:
 
 # GPU cells ask for one GPU (the SLURM executor turns this into a GPU request); CPU cells ask for no
 # extra resource, which keeps Snakemake's per-job resource evaluation short.
-CELL_RESOURCES = {"gpu": 1} if GPUS else {}
+CELL_RESOURCES = {**({"gpu": 1} if GPUS else {}), **SLURM_RESOURCES}
 
 # A constant, not a function of the wildcards: Snakemake inspects and calls every function-valued
 # directive once per job, which is most of a 10,000-cell dry run's time.

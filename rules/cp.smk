@@ -7,6 +7,10 @@ def cp_cell_settings(wildcards) -> str:
     return json.dumps(settings, sort_keys=True)
 
 
+def cp_cell_nodes(wildcards) -> int:
+    return longca_config.cp_nodes(int(wildcards.cp_size), CFG["ranks_per_node"])
+
+
 @functools.lru_cache(maxsize=None)
 def cached_cp_fingerprint(strategy: str) -> str:
     from longca import cp as longca_cp
@@ -27,8 +31,15 @@ rule cp_cell:
         timeout=CFG["limits"]["cell_timeout_s"],
     threads: CELL_THREADS
     resources:
-        # On GPUs a CP cell holds cp_size of them; `--resources gpu=N` keeps cells from sharing GPUs.
-        gpu=lambda wc: int(wc.cp_size) if GPUS else 0,
+        **SLURM_RESOURCES,
+        # Locally a CP cell holds cp_size GPUs (`--resources gpu=N` keeps cells from sharing GPUs).
+        # On SLURM a cell spanning several nodes is one task per node (srun starts torchrun on each)
+        # with its GPUs per node as gres: the plugin's `gpu` is a per-job total.
+        gpu=lambda wc: int(wc.cp_size) if GPUS and cp_cell_nodes(wc) == 1 else 0,
+        gres=lambda wc: f"gpu:{CFG['ranks_per_node']}" if GPUS and cp_cell_nodes(wc) > 1 else "",
+        nodes=cp_cell_nodes,
+        tasks=cp_cell_nodes,
+        mpi=lambda wc: "srun" if cp_cell_nodes(wc) > 1 else "",
     shell:
         "{params.python} -m longca cp-cell --settings {params.settings:q} --threads {threads} "
         "--timeout {params.timeout} --fingerprint {params.fingerprint} "

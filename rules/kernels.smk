@@ -14,6 +14,9 @@ rule kernel_cell:
         fingerprint=lambda wc: cached_kernel_fingerprint(wc.kernel),
         python=PYTHON,
     threads: CELL_THREADS
+    # On a cluster, many small cells share one job (profiles/slurm sets group-components).
+    group:
+        "kernel_cells"
     resources:
         **CELL_RESOURCES,
     shell:

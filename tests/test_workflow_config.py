@@ -41,7 +41,11 @@ def test_limits_and_isolation_have_defaults_and_become_flags():
     ({"isolation": "threads"}, "config.isolation"),
     ({"gpus": -1}, "config.gpus"),
     ({"cp_sizes": [1]}, "config.cp_sizes[0]"),
-    ({"cp_strategies": ["ring"]}, "config.cp_strategies"),
+    ({"cp_strategies": ["ring"]}, "config.cp_sizes: CP strategies are listed but no CP size"),
+    ({"cp_strategies": ["spiral"], "cp_sizes": [2]}, "config.cp_strategies[0]: unknown CP strategy 'spiral'"),
+    ({"cp_options": {"ring": {"degree": 2}}}, "config.cp_options.ring: unknown option 'degree'"),
+    ({"cp_masks": ["nope"]}, "config.cp_masks[0]: 'nope' is not one of config.masks"),
+    ({"ranks_per_node": -1}, "config.ranks_per_node"),
 ])
 def test_bad_workflow_keys_are_named(bad, named):
     with pytest.raises(ConfigError) as err:

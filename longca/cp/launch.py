@@ -23,16 +23,69 @@ from ..atomic import write_json_atomic
 COLLECTIVE_SHARE = 0.8
 
 
+def nodes_of(settings: dict) -> int:
+    per_node = int(settings.get("ranks_per_node") or 0)
+    return -(-int(settings["cp_size"]) // per_node) if per_node else 1
+
+
+def _slurm(*args: str) -> str:
+    return subprocess.run(list(args), capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def slurm_head_address(job_id: str) -> str:
+    """The address of the job's first node, from inside the job.
+
+    The executor plugin's job step drops most SLURM_* variables (SLURM_JOB_NODELIST among them), so
+    the node list comes from ``squeue``; the node's NodeAddr (not its name, which need not resolve)
+    is where the other nodes reach the rendezvous."""
+    nodelist = _slurm("squeue", "-h", "-j", job_id, "-o", "%N").strip()
+    first = _slurm("scontrol", "show", "hostnames", nodelist).split()[0]
+    for field in _slurm("scontrol", "show", "node", first).split():
+        if field.startswith("NodeAddr="):
+            return field.split("=", 1)[1]
+    return first
+
+
+def _free_port() -> int:
+    """A port free on this host (the batch step runs on the job's first node: the rendezvous host).
+
+    Asked of the kernel rather than derived from the job id, so concurrent jobs sharing a node
+    cannot pick the same one."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
 def torchrun_command(settings: dict, out: str, *, cell_id: str, fingerprint: str | None, timeout_s: float,
                      threads: int) -> list[str]:
     nproc = int(settings["cp_size"])
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+    nodes = nodes_of(settings)
+    job_id = os.environ.get("SLURM_JOB_ID")
+    if nodes > 1 and job_id:
+        # One srun task per node, each a torchrun agent for that node's ranks; c10d rendezvous on the
+        # first node.  srun passes the whole environment on (NCCL_*, CUDA_* included).
+        per_node = -(-nproc // nodes)
+        launcher = ["srun", f"--jobid={job_id}", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+                    "--kill-on-bad-exit=1", "--export=ALL",
+                    sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}",
+                    f"--nproc-per-node={per_node}", "--rdzv-backend=c10d",
+                    f"--rdzv-endpoint={slurm_head_address(job_id)}:{_free_port()}", f"--rdzv-id=longca-{job_id}"]
+        threads_per_rank = max(1, threads // per_node) if threads else 0
+    else:
+        if nodes > 1:
+            print(f"longca cp-cell: {nodes} nodes asked for but not inside a SLURM job; "
+                  f"running all {nproc} ranks here", file=sys.stderr)
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+        threads_per_rank = max(1, threads // nproc) if threads else 0
+    cmd = launcher + [
            "-m", "longca.cp", "--settings", json.dumps(settings, sort_keys=True), "--out", out,
            "--cell-id", cell_id, "--timeout", f"{max(timeout_s * COLLECTIVE_SHARE, 5):g}"]
     if fingerprint:
         cmd += ["--fingerprint", fingerprint]
-    if threads:
-        cmd += ["--threads", str(max(1, threads // nproc))]  # the cell's cores, shared by its ranks
+    if threads_per_rank:
+        cmd += ["--threads", str(threads_per_rank)]  # the cell's cores (per node), shared by its ranks
     return cmd
 
 

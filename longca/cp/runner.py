@@ -58,6 +58,7 @@ class CPSpec:
     device: str = "cpu"
     pattern: str | None = None
     strategy_options: dict[str, Any] = field(default_factory=dict)
+    ranks_per_node: int = 0     # placement only (how many nodes the cell spans); recorded, not used here
 
     def problem(self, device: torch.device) -> Problem:
         return Problem(self.pattern or self.mask, self.seqlen, self.batch, self.heads_q, self.heads_kv,
@@ -245,7 +246,8 @@ def run_cell(spec: CPSpec) -> dict[str, Any] | None:
                                              "driver_version", "slurm_job_id")})
     row["libraries"] = json.dumps(environment["libraries"], sort_keys=True)
     row["hostnames"] = hosts or [environment["hostname"]]
-    row["nodes"] = len(set(row["hostnames"]))
+    # Nodes = torchrun agents (one per node under srun), not distinct host names.
+    row["nodes"] = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
     row["nccl_version"] = (".".join(map(str, torch.cuda.nccl.version()))
                            if device.type == "cuda" else None)
     row["wall_s"] = time.time() - started

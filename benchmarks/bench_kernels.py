@@ -1,28 +1,55 @@
 """Does the harness measure what a bare loop measures?  (GPU; issue: kernels.)
 
-For each kernel × mask × seqlen × direction: one LongCA cell (``longca.cell.run_cell``: gate, then
-CUDA-event timing with L2 flush, median of ``--reps``) and, in the same process right after it, a
-bare ``triton.testing.do_bench`` loop of the same call on the same shapes (median, its own L2
-flush).  The two TFLOPs/s must agree within 3 %.  Prints a markdown table; writes every row as JSON
-lines to ``--out``.
+For each seqlen × mask × direction × kernel: one LongCA cell (``longca.cell.run_cell``: support
+check, correctness gate against the float64 reference, then CUDA-event timing with an L2 flush,
+median of the reps) and, in the same process right after it, a bare ``triton.testing.do_bench``
+loop of the same call on the same shapes (median, do_bench's own L2 flush).  The two TFLOPs/s
+must agree within 3 %.  Prints a markdown table; writes every row as JSON lines to ``--out``.
 
-    PYTHONPATH=. python benchmarks/bench_kernels.py --out /tmp/bench.jsonl
+Order and budget: GPU clocks drift with sustained load, so the loops alternate A B A B (the cell's
+harness timing, bare, the harness's ``time_kernel`` again, bare again) and the ratio is of the
+means.  Mask metadata is prepared once for the three comparison loops (``prepare`` is untimed
+either way; building a dense 32K × 32K mask for SDPA takes seconds of CPU).  Timed repetitions
+shrink with the square of the length above 8K (``--reps`` at 8K and below, at least
+``--min-reps``) so every loop lasts about as long; the bare loop's budget follows the cell's median
+(about ``--bare-reps`` timed calls).  ``--compare-dense-up-to`` leaves out the comparison (not the
+cell) for masks fed to SDPA as a dense ``attn_mask`` above that length: they compute all S² pairs,
+are the lease's most expensive cells and tell nothing new about the harness.  ``--budget-s`` stops
+starting new cells after that many seconds (the rest become ``skipped`` rows), so a fixed device
+lease is never overrun.
+
+FlexAttention in this one long-lived process compiles once per shape and grad mode (a new mask of
+the same shape did not recompile in a CPU check); the dynamo recompile limit is raised anyway, so a
+long grid can never push it into eager fallback (each Snakemake cell is its own process).
+
+    PYTHONPATH=. PYTHONUNBUFFERED=1 python benchmarks/bench_kernels.py --out /tmp/bench.jsonl
+    # what docs/kernels.md reports (one H200, 10-minute lease; 32K first, 16K last under the budget):
+    PYTHONPATH=. PYTHONUNBUFFERED=1 python benchmarks/bench_kernels.py --seqlens 32768 8192 16384 \\
+        --compare-dense-up-to 8192 --budget-s 387 --out kernels.jsonl
+    PYTHONPATH=. PYTHONUNBUFFERED=1 python benchmarks/bench_kernels.py --seqlens 32768 \\
+        --masks block_sparse --kernels flex triton_block_sparse --out block_sparse.jsonl
+    # CPU smoke test of this script (tiny shapes, perf_counter instead of do_bench; add
+    # triton_block_sparse with TRITON_INTERPRET=1 only at tiny sizes: the interpreter takes minutes):
+    PYTHONPATH=. python benchmarks/bench_kernels.py --device cpu --seqlens 256 --shape 4 2 32 \\
+        --gate-seqlen 128 --kernels flex sdpa sdpa_flash --out /tmp/smoke.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import statistics
 import sys
 import time
 import traceback
+from typing import Any, Callable
 
 import torch
 
 from longca import kernels
 from longca.cell import CellSpec, run_cell, time_kernel
 from longca.flops import attention_flops
-from longca.problem import Problem, parse_dtype
 
 MASKS = {
     "full": {},
@@ -30,109 +57,229 @@ MASKS = {
     "varlen_causal": {},
     "sliding_window_causal": {},
 }
+EXCLUDED = ("sdpa_math",)  # the unfused reference: O(S²) memory, minutes per cell at 32K
+LAST = ("sdpa",)  # the dispatcher duplicates a backend (or falls back to math): run it last
 
 
-def side_by_side(kernel_name: str, spec: CellSpec) -> dict:
-    """Bare do_bench, the harness's timing again, bare do_bench again (B A B after the cell's A).
+class _Prepared:
+    """``kernel`` with ``prepare`` answered from one cached result (all else delegated)."""
 
-    GPU clocks drift with sustained load, so whichever loop runs second is penalised; alternating
-    and averaging the pairs cancels most of it.  Each number is a median over its own loop."""
-    from triton.testing import do_bench
+    def __init__(self, kernel, prepared):
+        self._kernel, self._prepared = kernel, prepared
 
-    kernel = kernels.get(kernel_name)
-    problem = Problem(spec.mask, spec.seqlen, spec.batch, spec.heads_q, spec.heads_kv, spec.head_dim,
-                      parse_dtype(spec.dtype), torch.device("cuda"), spec.direction, spec.seed, spec.mask_params)
+    def __getattr__(self, name):
+        return getattr(self._kernel, name)
+
+    def prepare(self, problem):
+        return self._prepared
+
+
+def _bare(fn: Callable[[], Any], device: str, est_ms: float, bare_reps: int) -> float:
+    """A bare timing loop's median, in ms: do_bench on CUDA, a perf_counter loop on CPU (smoke)."""
+    if device == "cuda":
+        from triton.testing import do_bench
+
+        # do_bench's warm-up and rep are milliseconds; it sizes its loops from its own estimate.
+        return do_bench(fn, warmup=max(25.0, est_ms), rep=max(100.0, bare_reps * est_ms),
+                        return_mode="median")
+    fn()
+    samples = []
+    for _ in range(max(3, bare_reps)):
+        t = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(samples)
+
+
+def side_by_side(kernel_name: str, spec: CellSpec, est_ms: float, bare_reps: int) -> dict:
+    """Bare, the harness's timing again, bare again (B A B after the cell's A), same inputs."""
+    kernel = kernels.get(kernel_name).with_options(spec.kernel_options)
+    problem = spec.problem()
     q, k, v, grad_out = problem.make_inputs(requires_grad=True)
     prepared = kernel.prepare(problem)
+    out = None
     if spec.direction == "bwd":
-        out = kernel.forward(q, k, v, prepared)
+        out = kernel.forward(q, k, v, prepared)  # the forward is not part of a backward timing
         fn = lambda: torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)  # noqa: E731
     else:
         fn = lambda: kernel.forward(q, k, v, prepared)  # noqa: E731
     flops = attention_flops(problem.mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch)
-    b1 = do_bench(fn, warmup=50, rep=200, return_mode="median")
-    del fn, prepared
-    if spec.direction == "bwd":
-        del out
-    h2, _ = time_kernel(kernel, problem, spec.warmup, spec.reps)
-    prepared = kernel.prepare(problem)
-    if spec.direction == "bwd":
-        out = kernel.forward(q, k, v, prepared)
-        fn = lambda: torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)  # noqa: E731
-    else:
-        fn = lambda: kernel.forward(q, k, v, prepared)  # noqa: E731
-    b2 = do_bench(fn, warmup=50, rep=200, return_mode="median")
-    del q, k, v, grad_out, prepared, fn
-    torch.cuda.empty_cache()
+    b1 = _bare(fn, spec.device, est_ms, bare_reps)
+    # The harness's own function, its own fresh inputs (as in the cell), the prepared metadata reused.
+    h2, _ = time_kernel(_Prepared(kernel, prepared), problem, spec.warmup, spec.reps)
+    b2 = _bare(fn, spec.device, est_ms, bare_reps)
+    del q, k, v, grad_out, prepared, fn, out
+    if spec.device == "cuda":
+        torch.cuda.empty_cache()
     tf = lambda ms: flops / (ms * 1e-3) / 1e12  # noqa: E731
     return {"bare_ms": [b1, b2], "harness2_ms": h2.median_ms, "bare_tflops": (tf(b1) + tf(b2)) / 2,
             "bare_tflops_each": [tf(b1), tf(b2)], "harness2_tflops": tf(h2.median_ms)}
 
 
+def reps_for(seqlen: int, reps_8k: int, min_reps: int) -> int:
+    """``reps_8k`` at 8K and below, × (8K / seqlen)² above, at least ``min_reps``."""
+    return max(min_reps, min(reps_8k, round(reps_8k * (8192 / seqlen) ** 2)))
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--kernels", nargs="*", default=None)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kernels", nargs="*", default=None, help="default: every kernel available here "
+                    f"except {', '.join(EXCLUDED)}")
     ap.add_argument("--masks", nargs="*", default=list(MASKS))
-    ap.add_argument("--seqlens", nargs="*", type=int, default=[8192, 16384, 32768])
+    ap.add_argument("--seqlens", nargs="*", type=int, default=[8192, 16384, 32768],
+                    help="in the order given (put the ones that matter most first under --budget-s)")
     ap.add_argument("--directions", nargs="*", default=["fwd", "bwd"])
-    ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=20, help="harness timed reps at 8K and below (× (8K/seqlen)² above)")
+    ap.add_argument("--min-reps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--bare-reps", type=float, default=3.0,
+                    help="bare do_bench's rep budget in units of the cell's median (≥ 100 ms)")
+    ap.add_argument("--max-bare-ms", type=float, default=2000.0,
+                    help="no bare comparison for cells whose median is longer (too slow for the lease)")
+    ap.add_argument("--compare-dense-up-to", type=int, default=None,
+                    help="bare comparison of cells whose mask goes in as a dense attn_mask only up to this "
+                         "seqlen (they compute all S² pairs: the lease's most expensive cells)")
+    ap.add_argument("--budget-s", type=float, default=None, help="start no new cell after this many seconds")
+    ap.add_argument("--gate-seqlen", type=int, default=1024)
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--shape", type=int, nargs=3, default=[64, 8, 128], metavar=("HQ", "HKV", "D"))
+    ap.add_argument("--device", default="cuda", help="cuda; cpu only smoke-tests this script")
     ap.add_argument("--out", default="bench_kernels.jsonl")
     args = ap.parse_args()
+    heads_q, heads_kv, head_dim = args.shape
+    started = time.time()
 
-    names = args.kernels or [n for n in kernels.names() if not kernels.get(n).available()
-                             and n not in ("sdpa_math",) and not n.startswith("test_")]
-    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  kernels: {', '.join(names)}",
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            print("needs a CUDA GPU (or --device cpu for a smoke test)", file=sys.stderr)
+            return 2
+        import torch._dynamo.config as dynamo_config
+
+        for key in ("recompile_limit", "cache_size_limit"):
+            if hasattr(dynamo_config, key):
+                setattr(dynamo_config, key, 256)
+        device_name = torch.cuda.get_device_name()
+    else:
+        device_name = "cpu"
+
+    all_names = [n for n in kernels.names() if not n.startswith("test_")]
+    unavailable = {n: kernels.get(n).available() for n in all_names if kernels.get(n).available()}
+    names = args.kernels or [n for n in all_names if n not in unavailable and n not in EXCLUDED]
+    names = sorted(names, key=lambda n: (n in LAST, n))
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    print(f"device: {device_name}  torch {torch.__version__} (CUDA {torch.version.cuda})  triton {triton_version}  "
+          f"date {datetime.date.today()}", flush=True)
+    print(f"{args.dtype}, batch 1, heads {heads_q}:{heads_kv}, head_dim {head_dim}; kernels: {', '.join(names)}",
           flush=True)
+    for n, why in unavailable.items():
+        print(f"  not available here: {n}: {why}", flush=True)
+
     rows = []
     with open(args.out, "a") as sink:
         for seqlen in args.seqlens:
+            reps = reps_for(seqlen, args.reps, args.min_reps)
             for mask in args.masks:
                 for direction in args.directions:
                     for name in names:
-                        spec = CellSpec(kernel=name, mask=mask, seqlen=seqlen, direction=direction, dtype="bfloat16",
-                                        batch=1, heads_q=64, heads_kv=8, head_dim=128, mask_params=MASKS.get(mask, {}),
-                                        warmup=args.warmup, reps=args.reps, gate_seqlen=1024, device="cuda",
+                        spec = CellSpec(kernel=name, mask=mask, seqlen=seqlen, direction=direction, dtype=args.dtype,
+                                        batch=1, heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim,
+                                        mask_params=MASKS.get(mask, {}), warmup=args.warmup, reps=reps,
+                                        gate_seqlen=args.gate_seqlen, device=args.device,
                                         seed=1)  # seed 0 draws one 16K+ document: no packing below 32K
                         t0 = time.time()
-                        row = run_cell(spec)
-                        entry = {k: row.get(k) for k in ("kernel", "mask", "seqlen", "direction", "status", "reason",
-                                                          "tflops", "tflops_p20", "tflops_p80", "median_ms",
-                                                          "peak_mem_bytes", "gate_error", "notes", "device_name")}
-                        if row["status"] == "ok":
-                            try:
-                                entry.update(side_by_side(name, spec))
-                                entry["harness_tflops"] = (entry["tflops"] + entry["harness2_tflops"]) / 2
-                                entry["ratio"] = entry["harness_tflops"] / entry["bare_tflops"]
-                            except Exception as exc:  # noqa: BLE001
-                                entry["bare_error"] = traceback.format_exception_only(type(exc), exc)[-1].strip()
+                        if args.budget_s is not None and t0 - started > args.budget_s:
+                            entry = {"kernel": name, "mask": mask, "seqlen": seqlen, "direction": direction,
+                                     "status": "skipped", "reason": f"time budget ({args.budget_s:.0f} s) spent"}
+                        else:
+                            entry = measure(name, spec, args)
                         entry["wall_s"] = time.time() - t0
+                        entry["reps"] = reps
                         rows.append(entry)
                         sink.write(json.dumps(entry, default=str) + "\n")
                         sink.flush()
                         print(_line(entry), flush=True)
-    print()
-    print("| kernel | mask | seqlen | dir | status | harness TFLOPs/s: cell (p20–p80), again | do_bench TFLOPs/s: before, after "
-          "| ratio of means |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(f"\ndevice: {device_name}  torch {torch.__version__}  triton {triton_version}  "
+          f"total {time.time() - started:.0f} s")
+    print("| kernel | mask | seqlen | dir | status | harness TFLOPs/s: cell (p20–p80), again "
+          "| do_bench TFLOPs/s: before, after | ratio of means | how |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for e in rows:
         print(_line(e))
-    bad = [e for e in rows if "ratio" in e and abs(e["ratio"] - 1) > 0.03]
-    print(f"\n{len([e for e in rows if 'ratio' in e])} timed cells; {len(bad)} outside ±3 % of do_bench")
+    timed = [e for e in rows if "ratio" in e]
+    bad = [e for e in timed if abs(e["ratio"] - 1) > 0.03]
+    print(f"\n{len(timed)} cells compared; {len(bad)} outside ±3 % of do_bench"
+          + "".join(f"\n  outside: {e['kernel']} {e['mask']} {e['seqlen']} {e['direction']} ratio {e['ratio']:.3f}"
+                    for e in bad))
     return 0
+
+
+def measure(name: str, spec: CellSpec, args) -> dict[str, Any]:
+    row = run_cell(spec)
+    entry = {k: row.get(k) for k in ("kernel", "mask", "seqlen", "direction", "status", "reason",
+                                      "tflops", "tflops_p20", "tflops_p80", "median_ms", "flops", "density",
+                                      "peak_mem_bytes", "gate_error", "gate_detail", "notes", "device_name",
+                                      "torch_version", "cuda_version", "driver_version", "libraries")}
+    if row["status"] != "ok":
+        return entry
+    if row["median_ms"] > args.max_bare_ms:
+        entry["bare_error"] = f"not compared: cell median {row['median_ms']:.0f} ms > --max-bare-ms"
+        return entry
+    notes = json.loads(row.get("notes") or "{}")
+    if (args.compare_dense_up_to is not None and notes.get("mask_via") == "dense"
+            and spec.seqlen > args.compare_dense_up_to):
+        entry["bare_error"] = f"not compared: dense-mask cell above {args.compare_dense_up_to}"
+        return entry
+    try:
+        entry.update(side_by_side(name, spec, row["median_ms"], args.bare_reps))
+        entry["harness_tflops"] = (entry["tflops"] + entry["harness2_tflops"]) / 2
+        entry["ratio"] = entry["harness_tflops"] / entry["bare_tflops"]
+    except Exception as exc:  # noqa: BLE001 — a failed comparison is reported, the run goes on
+        entry["bare_error"] = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        traceback.print_exc(file=sys.stderr)
+        if spec.device == "cuda":
+            torch.cuda.empty_cache()
+    return entry
+
+
+def _how(e: dict) -> str:
+    """The adapter's notes that change what was computed (mask route, KV expansion, tile density)."""
+    try:
+        notes = json.loads(e.get("notes") or "{}")
+    except (TypeError, ValueError):
+        return ""
+    parts = []
+    if "mask_via" in notes and "tile" not in notes["mask_via"]:
+        parts.append(f"mask {notes['mask_via']}")
+    if notes.get("kv_expanded"):
+        parts.append("KV expanded")
+    if notes.get("native_gqa"):
+        parts.append("native GQA")
+    if "tile_density" in notes:
+        parts.append(f"tiles {notes['tile_density']:.3f}")
+    if "documents" in notes:
+        parts.append(f"{notes['documents']} docs")
+    return ", ".join(parts)
 
 
 def _line(e: dict) -> str:
     if e["status"] != "ok":
-        reason = (e.get("reason") or "")[:70].replace("|", "/")
-        return f"| {e['kernel']} | {e['mask']} | {e['seqlen']} | {e['direction']} | {e['status']} | {reason} | | |"
-    bare = f"{e['bare_tflops']:.1f}" if "bare_tflops" in e else e.get("bare_error", "")[:40]
-    ratio = f"{e['ratio']:.3f}" if "ratio" in e else ""
+        reason = (e.get("reason") or "").splitlines()[0][:90].replace("|", "/") if e.get("reason") else ""
+        return f"| {e['kernel']} | {e['mask']} | {e['seqlen']} | {e['direction']} | {e['status']} | {reason} | | | |"
     harness = f"{e['tflops']:.1f} ({e['tflops_p20']:.1f}–{e['tflops_p80']:.1f})"
     if "harness2_tflops" in e:
         harness += f", {e['harness2_tflops']:.1f}"
-        bare = " , ".join(f"{x:.1f}" for x in e["bare_tflops_each"])
-    return f"| {e['kernel']} | {e['mask']} | {e['seqlen']} | {e['direction']} | ok | {harness} | {bare} | {ratio} |"
+    if "bare_tflops_each" in e:
+        bare = ", ".join(f"{x:.1f}" for x in e["bare_tflops_each"])
+    else:
+        bare = (e.get("bare_error") or "")[:60].replace("|", "/")
+    ratio = f"{e['ratio']:.3f}" if "ratio" in e else ""
+    return (f"| {e['kernel']} | {e['mask']} | {e['seqlen']} | {e['direction']} | ok | {harness} | {bare} | {ratio} "
+            f"| {_how(e)} |")
 
 
 if __name__ == "__main__":

@@ -43,25 +43,28 @@ class RingFlashAttn(External):
         return self.fn(q, k, v, causal=self.causal, group=self.group)
 
 
+class _NotValidated(External):
+    """Installed or not, no adapter for this library has been checked against the reference here
+    (none installs on the machines this project can use), so it never reports a number."""
+
+    why = ""
+
+    def plan(self, mask, heads_q, heads_kv, head_dim, device, dtype) -> None:
+        self._import(device)
+        raise Unsupported(f"{self.why}; no LongCA adapter for it has been validated yet")
+
+
 @register
-class Yunchang(External):
+class Yunchang(_NotValidated):
     name = "yunchang"
     module = "yunchang"
     description = "feifeibear/long-context-attention's LongContextAttention (USP)"
-
-    def plan(self, mask, heads_q, heads_kv, head_dim, device, dtype) -> None:
-        self._import(device)
-        raise Unsupported("yunchang needs its process-group setup (set_seq_parallel_pg) per model; "
-                          "no LongCA adapter for it has been validated yet")
+    why = "yunchang needs its process-group setup (set_seq_parallel_pg) per model"
 
 
 @register
-class TransformerEngineCP(External):
+class TransformerEngineCP(_NotValidated):
     name = "te_cp"
     module = "transformer_engine.pytorch"
     description = "TransformerEngine DotProductAttention with context parallelism (p2p)"
-
-    def plan(self, mask, heads_q, heads_kv, head_dim, device, dtype) -> None:
-        self._import(device)
-        raise Unsupported("TransformerEngine CP needs a CUDA stream and cp_group per layer; "
-                          "no LongCA adapter for it has been validated yet")
+    why = "TransformerEngine CP needs a CUDA stream and cp_group per layer"

@@ -22,8 +22,8 @@ import torch
 import torch.distributed as dist
 
 from longca import timing
-from longca.cp import build
-from longca.cp.blocks import Span, area, restrict
+from longca.cp import layout as layouts
+from longca.cp.blocks import area, restrict
 from longca.cp.local import BlockAttention
 from longca.cp.runner import CPSpec, run_cell
 from longca.problem import Problem, parse_dtype
@@ -35,14 +35,10 @@ def baseline(spec: CPSpec, local_kernel: str, device) -> dict:
     """Rank 0's per-GPU work on one GPU: its zigzag/per-document shard of queries against all keys."""
     problem = Problem(spec.mask, spec.seqlen, spec.batch, spec.heads_q, spec.heads_kv, spec.head_dim,
                       parse_dtype(spec.dtype), device, spec.direction, spec.seed, dict(spec.mask_params))
-    strategy = build("allgather", None, {"local_kernel": local_kernel})
-    layout = __import__("longca.cp.layout", fromlist=["build"]).build("auto", problem.mask, spec.cp_size)
-    every = tuple(Span(s.start, s.end, s.offset + r * layout.shard_len)
-                  for r in range(spec.cp_size) for s in layout.shards[r])
-    slices = restrict(problem.mask, layout.shards[0], every)
+    layout = layouts.build("auto", problem.mask, spec.cp_size)
+    slices = restrict(problem.mask, layout.shards[0], layout.concatenated(range(spec.cp_size)))
     block = BlockAttention(local_kernel, device, spec.heads_q, spec.heads_kv, spec.head_dim)
     pieces = block.pieces(slices)
-    del strategy
     q, k, v, dout = problem.make_inputs(requires_grad=False)
     q = layout.dispatch(q, 0)
     dout = layout.dispatch(dout, 0)

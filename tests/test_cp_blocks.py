@@ -77,14 +77,12 @@ def test_zigzag_balances_causal_work():
     mask = masks.build("causal", 4096)
     for world in (2, 4, 8):
         lay = layouts.build("zigzag", mask, world)
-        every = tuple(Span(s.start, s.end, s.offset + r * lay.shard_len)
-                      for r in range(world) for s in lay.shards[r])
+        every = lay.concatenated(range(world))
         areas = [sum(s.area() for s in restrict(mask, lay.shards[r], every)) for r in range(world)]
         assert sum(areas) == mask.area()
         assert max(areas) / min(areas) < 1.01
         contiguous = layouts.build("contiguous", mask, world)
-        every_c = tuple(Span(s.start, s.end, s.offset + r * contiguous.shard_len)
-                        for r in range(world) for s in contiguous.shards[r])
+        every_c = contiguous.concatenated(range(world))
         areas_c = [sum(s.area() for s in restrict(mask, contiguous.shards[r], every_c)) for r in range(world)]
         assert max(areas_c) / min(areas_c) > 2  # the imbalance zigzag removes
 
@@ -96,7 +94,7 @@ def test_per_document_zigzag_balances_packed_documents():
     areas = {}
     for name in ("contiguous", "per_document_zigzag"):
         lay = layouts.build(name, mask, world)
-        every = tuple(Span(s.start, s.end, s.offset + r * lay.shard_len) for r in range(world) for s in lay.shards[r])
+        every = lay.concatenated(range(world))
         areas[name] = [sum(s.area() for s in restrict(mask, lay.shards[r], every)) for r in range(world)]
         assert sum(areas[name]) == mask.area()
     spread = {k: max(v) / min(v) for k, v in areas.items()}

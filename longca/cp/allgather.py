@@ -9,7 +9,7 @@ import torch
 from . import layout as layouts
 from . import register
 from .base import Strategy
-from .blocks import Span, area, restrict
+from .blocks import area, restrict
 from .comm import Comm
 from .local import BlockAttention
 
@@ -29,10 +29,7 @@ class AllGather(Strategy):
         self.layout = layouts.build(self.opts["layout"], mask, self.world)
         self.comm = Comm(self.group, self)
         self.block = BlockAttention(self.opts["local_kernel"], device, heads_q, heads_kv, head_dim)
-        n = self.layout.shard_len
-        every_key = tuple(Span(s.start, s.end, s.offset + r * n)
-                          for r in range(self.world) for s in self.layout.shards[r])
-        slices = restrict(mask, self.layout.shards[self.rank], every_key)
+        slices = restrict(mask, self.layout.shards[self.rank], self.layout.concatenated(range(self.world)))
         self.pieces = self.block.pieces(slices)
         self.rank_area = area(slices)
         self.notes = {"layout": self.layout.name}

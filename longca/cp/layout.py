@@ -45,6 +45,12 @@ class Layout:
             idx[s.offset:s.offset + s.length] = torch.arange(s.start, s.end)
         return idx
 
+    def concatenated(self, ranks) -> tuple[Span, ...]:
+        """The spans of ``ranks``' shards laid end to end (each shard padded to ``shard_len``): the
+        token order of what an all-gather or all-to-all over those ranks leaves on one rank."""
+        return tuple(Span(s.start, s.end, s.offset + i * self.shard_len)
+                     for i, r in enumerate(ranks) for s in self.shards[r])
+
     def dispatch(self, x: torch.Tensor, rank: int) -> torch.Tensor:
         """Rank ``rank``'s local shard of a global ``(b, s, ...)`` tensor (zero padded)."""
         spans = self.shards[rank]

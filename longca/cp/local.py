@@ -73,8 +73,9 @@ def merge_into(acc_out: torch.Tensor, acc_lse: torch.Tensor, out: torch.Tensor, 
     w_acc = torch.exp(acc_lse - shift)
     w_new = torch.exp(lse - shift)
     total = w_acc + w_new
-    acc_out.mul_((w_acc / total.clamp_min(torch.finfo(total.dtype).tiny)).unsqueeze(-1))
-    acc_out.add_(out.float() * (w_new / total.clamp_min(torch.finfo(total.dtype).tiny)).unsqueeze(-1))
+    safe_total = total.clamp_min(torch.finfo(total.dtype).tiny)
+    acc_out.mul_((w_acc / safe_total).unsqueeze(-1))
+    acc_out.add_(out.float() * (w_new / safe_total).unsqueeze(-1))
     acc_lse.copy_(shift + torch.log(total))
 
 

@@ -60,11 +60,8 @@ class SequenceParallel(Strategy):
         heads_kv_local = heads_kv * self.rep // u
         self.block = BlockAttention(self.opts["local_kernel"], device, heads_q // u, heads_kv_local, head_dim)
 
-        n = self.layout.shard_len
-
-        def member_spans(i: int) -> tuple[Span, ...]:
-            return tuple(Span(s.start, s.end, s.offset + t * n)
-                         for t in range(u) for s in self.layout.shards[i * u + t])
+        def member_spans(i: int) -> tuple[Span, ...]:  # ring member i = Ulysses group i
+            return self.layout.concatenated(range(i * u, (i + 1) * u))
 
         me = self.ring.rank
         blocks = [restrict(mask, member_spans(me), member_spans(j)) for j in range(ring_size)]

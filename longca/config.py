@@ -154,7 +154,9 @@ def _cp_problems(config: dict, mask_labels: set[str]) -> list[str]:
         for key in sorted(set(options) - set(accepted)):
             problems.append(f"config.cp_options.{name}: unknown option {key!r} "
                             f"(it accepts: {', '.join(sorted(accepted))})")
-    for i, name in enumerate(config["cp_masks"] or []):
+    # With no strategy the CP axes are unused; a config that narrows `masks` and turns CP off must
+    # not fail on the default grid's `cp_masks`.
+    for i, name in enumerate((config["cp_masks"] or []) if config["cp_strategies"] else []):
         if name not in mask_labels:
             problems.append(f"config.cp_masks[{i}]: {name!r} is not one of config.masks "
                             f"({', '.join(sorted(mask_labels))})")

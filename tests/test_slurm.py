@@ -81,7 +81,8 @@ def test_profile_runs_grid_on_slurm_and_resubmits_only_lost_cells(cluster, tmp_p
     deadline = time.time() + 240
     while cancelled is None and time.time() < deadline and run1.poll() is None:
         for job_id, state, comment in _squeue(cluster):
-            if state == "RUNNING" and "cp_cell" not in comment:
+            # Only the grouped kernel-cell job: the ceilings and CP jobs run beside it.
+            if state == "RUNNING" and "kernel_cell" in comment:
                 time.sleep(2)
                 subprocess.run(["scancel", job_id], env=cluster.env, check=True)
                 cancelled = job_id

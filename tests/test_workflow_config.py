@@ -9,7 +9,8 @@ from snakemake_run import command, snakemake, write_config
 
 from longca.config import ConfigError, cell_limits, cell_settings, validate
 
-BASE = {"kernels": ["sdpa", "test_sleep"], "masks": ["full"], "seqlens": [64]}
+# cp_strategies empty: the default grid's CP cells (on `causal`) would otherwise merge into these configs.
+BASE = {"kernels": ["sdpa", "test_sleep"], "masks": ["full"], "seqlens": [64], "cp_strategies": []}
 
 
 def test_kernel_options_reach_only_that_kernels_cells():
@@ -44,7 +45,7 @@ def test_limits_and_isolation_have_defaults_and_become_flags():
     ({"cp_strategies": ["ring"]}, "config.cp_sizes: CP strategies are listed but no CP size"),
     ({"cp_strategies": ["spiral"], "cp_sizes": [2]}, "config.cp_strategies[0]: unknown CP strategy 'spiral'"),
     ({"cp_options": {"ring": {"degree": 2}}}, "config.cp_options.ring: unknown option 'degree'"),
-    ({"cp_masks": ["nope"]}, "config.cp_masks[0]: 'nope' is not one of config.masks"),
+    ({"cp_strategies": ["ring"], "cp_sizes": [2], "cp_masks": ["nope"]}, "config.cp_masks[0]: 'nope' is not one of config.masks"),
     ({"ranks_per_node": -1}, "config.ranks_per_node"),
 ])
 def test_bad_workflow_keys_are_named(bad, named):

@@ -74,13 +74,14 @@ class _Prepared:
         return self._prepared
 
 
-def _bare(fn: Callable[[], Any], device: str, est_ms: float, bare_reps: int) -> float:
+def _bare(fn: Callable[[], Any], device: str, est_ms: float, bare_reps: int, warmup_ms: float) -> float:
     """A bare timing loop's median, in ms: do_bench on CUDA, a perf_counter loop on CPU (smoke)."""
     if device == "cuda":
         from triton.testing import do_bench
 
-        # do_bench's warm-up and rep are milliseconds; it sizes its loops from its own estimate.
-        return do_bench(fn, warmup=max(25.0, est_ms), rep=max(100.0, bare_reps * est_ms),
+        # do_bench's warm-up and rep are milliseconds; it sizes its loops from its own estimate.  Its
+        # warm-up lasts as long as the harness's (--warmup-ms), so both loops start from settled clocks.
+        return do_bench(fn, warmup=max(25.0, warmup_ms, est_ms), rep=max(100.0, bare_reps * est_ms),
                         return_mode="median")
     fn()
     samples = []
@@ -92,6 +93,7 @@ def _bare(fn: Callable[[], Any], device: str, est_ms: float, bare_reps: int) -> 
 
 
 def side_by_side(kernel_name: str, spec: CellSpec, est_ms: float, bare_reps: int) -> dict:
+    bare = lambda fn: _bare(fn, spec.device, est_ms, bare_reps, spec.warmup_ms)  # noqa: E731
     """Bare, the harness's timing again, bare again (B A B after the cell's A), same inputs."""
     kernel = kernels.get(kernel_name).with_options(spec.kernel_options)
     problem = spec.problem()
@@ -104,10 +106,10 @@ def side_by_side(kernel_name: str, spec: CellSpec, est_ms: float, bare_reps: int
     else:
         fn = lambda: kernel.forward(q, k, v, prepared)  # noqa: E731
     flops = attention_flops(problem.mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch)
-    b1 = _bare(fn, spec.device, est_ms, bare_reps)
+    b1 = bare(fn)
     # The harness's own function, its own fresh inputs (as in the cell), the prepared metadata reused.
-    h2, _ = time_kernel(_Prepared(kernel, prepared), problem, spec.warmup, spec.reps)
-    b2 = _bare(fn, spec.device, est_ms, bare_reps)
+    h2, _ = time_kernel(_Prepared(kernel, prepared), problem, spec.warmup, spec.reps, spec.warmup_ms)
+    b2 = bare(fn)
     del q, k, v, grad_out, prepared, fn, out
     if spec.device == "cuda":
         torch.cuda.empty_cache()
@@ -132,6 +134,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=20, help="harness timed reps at 8K and below (× (8K/seqlen)² above)")
     ap.add_argument("--min-reps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--warmup-ms", type=float, default=250.0,
+                    help="and warm up at least this long (harness and do_bench alike; GPU clocks settle)")
     ap.add_argument("--bare-reps", type=float, default=3.0,
                     help="bare do_bench's rep budget in units of the cell's median (≥ 100 ms)")
     ap.add_argument("--max-bare-ms", type=float, default=2000.0,
@@ -189,6 +193,7 @@ def main() -> int:
                         spec = CellSpec(kernel=name, mask=mask, seqlen=seqlen, direction=direction, dtype=args.dtype,
                                         batch=1, heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim,
                                         mask_params=MASKS.get(mask, {}), warmup=args.warmup, reps=reps,
+                                        warmup_ms=args.warmup_ms if args.device == "cuda" else 0.0,
                                         gate_seqlen=args.gate_seqlen, device=args.device,
                                         seed=1)  # seed 0 draws one 16K+ document: no packing below 32K
                         t0 = time.time()

@@ -52,6 +52,7 @@ class CellSpec:
     seed: int = 0
     warmup: int = 2
     reps: int = 5
+    warmup_ms: float = 0.0      # and warm up for at least this long (GPU clocks settle; longca.timing)
     gate_seqlen: int = 512
     device: str = "cpu"
     pattern: str | None = None  # the builder in longca.masks.PATTERNS; default: ``mask``
@@ -110,7 +111,7 @@ def correctness_gate(kernel: Kernel, problem: Problem) -> tuple[bool, float, flo
     return worst <= tol, worst, tol, f"relative L2 error vs float64 reference: {detail} (tolerance {tol:.0e})"
 
 
-def time_kernel(kernel: Kernel, problem: Problem, warmup: int, reps: int):
+def time_kernel(kernel: Kernel, problem: Problem, warmup: int, reps: int, warmup_ms: float = 0.0):
     """Time forward or backward of the full problem; mask metadata is prepared untimed."""
     backward = problem.direction == "bwd"
     q, k, v, grad_out = problem.make_inputs(requires_grad=True)
@@ -126,7 +127,7 @@ def time_kernel(kernel: Kernel, problem: Problem, warmup: int, reps: int):
             return kernel.forward(q, k, v, prepared)
 
     warmup = max(warmup, kernel.min_warmup)
-    return timing.measure(run, device=problem.device, warmup=warmup, reps=reps), prepared
+    return timing.measure(run, device=problem.device, warmup=warmup, reps=reps, warmup_ms=warmup_ms), prepared
 
 
 def _release(device: torch.device) -> None:
@@ -159,7 +160,7 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
             if not ok:
                 failure = ("wrong", detail)
             else:
-                result, prepared = time_kernel(kernel, problem, spec.warmup, spec.reps)
+                result, prepared = time_kernel(kernel, problem, spec.warmup, spec.reps, spec.warmup_ms)
                 row.update(dataclasses.asdict(result))
                 row["notes"] = json.dumps(kernel.notes(prepared), sort_keys=True)
                 row["tflops"] = row["flops"] / (result.median_ms * 1e-3) / 1e12

@@ -16,7 +16,7 @@ def _flag_settings(args: argparse.Namespace) -> dict:
     return {"kernel": args.kernel, "mask": args.mask, "seqlen": args.seqlen, "direction": args.direction,
             "dtype": args.dtype, "batch": args.batch, "heads_q": args.heads_q, "heads_kv": args.heads_kv,
             "head_dim": args.head_dim, "mask_params": json.loads(args.mask_params), "seed": args.seed,
-            "warmup": args.warmup, "reps": args.reps, "gate_seqlen": args.gate_seqlen, "device": args.device}
+            "warmup": args.warmup, "warmup_ms": args.warmup_ms, "reps": args.reps, "gate_seqlen": args.gate_seqlen, "device": args.device}
 
 
 def _run_cell(args: argparse.Namespace) -> int:
@@ -152,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     cell.add_argument("--seed", type=int, default=0)
     cell.add_argument("--warmup", type=int, default=2)
     cell.add_argument("--reps", type=int, default=5)
+    cell.add_argument("--warmup-ms", type=float, default=0.0,
+                      help="keep warming up until this many ms have passed (GPU clocks settle)")
     cell.add_argument("--gate-seqlen", type=int, default=512)
     cell.add_argument("--device", default="cpu")
     cell.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")

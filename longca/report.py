@@ -294,9 +294,14 @@ def _timing_phrase(df: pd.DataFrame) -> str:
         parts.append("CUDA events around each call with the L2 cache flushed before it (GPU)")
     if devices - {"cuda"}:
         parts.append("time.perf_counter around each call (CPU)")
-    pairs = sorted({(int(w), int(r)) for w, r in zip(df["warmup"], df["reps"]) if pd.notna(w) and pd.notna(r)}) \
-        if len(df) and "warmup" in df else []
-    reps = "; ".join(f"{w} warm-up then {r} timed calls" for w, r in pairs)
+    if len(df) and "warmup" in df:
+        ms = df["warmup_ms"] if "warmup_ms" in df else pd.Series([None] * len(df), index=df.index)
+        triples = sorted({(int(w), float(m) if pd.notna(m) else 0.0, int(r))
+                          for w, m, r in zip(df["warmup"], ms, df["reps"]) if pd.notna(w) and pd.notna(r)})
+    else:
+        triples = []
+    reps = "; ".join(f"{w} warm-up calls{f' (at least {m:g} ms)' if m else ''} then {r} timed calls"
+                     for w, m, r in triples)
     return ", ".join(parts) + (f" — {reps}" if reps else "")
 
 

@@ -37,6 +37,7 @@ _PROBLEM = [
     ("seed", pa.int64()),
     ("device", pa.string()),
     ("warmup", pa.int32()),
+    ("warmup_ms", pa.float64()),
     ("reps", pa.int32()),
     ("gate_seqlen", pa.int64()),
 ]

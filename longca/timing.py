@@ -2,12 +2,17 @@
 
 On CUDA the timed region is bracketed by CUDA events and the L2 cache is flushed (a buffer larger
 than L2 is overwritten) before every iteration, so no iteration profits from the previous one's
-cache.  On CPU ``time.perf_counter`` brackets the same region.  Warm-up and repetitions are
-counts, taken from config.  Statistics: median with 20th and 80th percentiles.
+cache.  On CPU ``time.perf_counter`` brackets the same region.  Repetitions are a count from
+config; warm-up is a count *and* a minimum duration (``warmup_ms``): a GPU coming out of idle runs
+at boost clocks for a while before power management settles, so a few warm-up calls of a
+power-hungry kernel (cuDNN forward at 600+ TFLOPs/s) leave the first timed calls several per cent
+faster than the sustained rate (measured: 1.05-1.065x on an H200).  Statistics: median with 20th
+and 80th percentiles.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -46,23 +51,27 @@ def summarize(samples_ms: list[float], peak_mem_bytes: int | None = None) -> Tim
 
 
 def measure(run: Callable[[], object], *, device: torch.device, warmup: int, reps: int,
-            setup: Callable[[], object] | None = None, flush_l2: bool = True) -> Timing:
-    """Time ``run`` ``reps`` times after ``warmup`` untimed calls; ``setup`` runs untimed before each."""
-    return summarize(*sample(run, device=device, warmup=warmup, reps=reps, setup=setup, flush_l2=flush_l2))
+            setup: Callable[[], object] | None = None, flush_l2: bool = True, warmup_ms: float = 0.0) -> Timing:
+    """Time ``run`` ``reps`` times after the warm-up; ``setup`` runs untimed before each call."""
+    return summarize(*sample(run, device=device, warmup=warmup, reps=reps, setup=setup, flush_l2=flush_l2,
+                             warmup_ms=warmup_ms))
 
 
 def sample(run: Callable[[], object], *, device: torch.device, warmup: int, reps: int,
-           setup: Callable[[], object] | None = None, flush_l2: bool = True) -> tuple[list[float], int | None]:
+           setup: Callable[[], object] | None = None, flush_l2: bool = True, warmup_ms: float = 0.0,
+           agree: Callable[[int], int] = lambda n: n) -> tuple[list[float], int | None]:
     """The per-iteration times (ms) behind ``measure`` and the peak memory (CUDA; else None).
+
+    Warm-up: ``warmup`` calls, then more until ``warmup_ms`` have passed.  ``agree`` turns this
+    process's count of extra calls into the one every participant uses: CP ranks must make the same
+    number of calls (each call is a collective), so they pass the maximum over ranks.
 
     CP cells need the samples themselves: a step is as slow as its slowest rank, iteration by
     iteration."""
-    if reps < 1 or warmup < 0:
-        raise ValueError(f"need reps >= 1 and warmup >= 0, got reps={reps}, warmup={warmup}")
-    for _ in range(warmup):
-        if setup:
-            setup()
-        run()
+    if reps < 1 or warmup < 0 or warmup_ms < 0:
+        raise ValueError(f"need reps >= 1, warmup >= 0 and warmup_ms >= 0, got reps={reps}, warmup={warmup}, "
+                         f"warmup_ms={warmup_ms}")
+    warm_up(run, device=device, calls=warmup, min_ms=warmup_ms, setup=setup, agree=agree)
     if device.type == "cuda":
         return _sample_cuda(run, device, reps, setup, flush_l2)
     samples = []
@@ -73,6 +82,37 @@ def sample(run: Callable[[], object], *, device: torch.device, warmup: int, reps
         run()
         samples.append((time.perf_counter() - start) * 1e3)
     return samples, None
+
+
+def warm_up(run: Callable[[], object], *, device: torch.device, calls: int, min_ms: float = 0.0,
+            setup: Callable[[], object] | None = None, agree: Callable[[int], int] = lambda n: n) -> int:
+    """Call ``run`` ``calls`` times, then as many more as fill ``min_ms``; return the total made.
+
+    The extra count is estimated from the first calls' pace (so the loop needs no per-call
+    synchronisation, and every CP rank can agree on it before making the calls)."""
+    if min_ms > 0:
+        calls = max(calls, 1)  # one call at least, to know the pace
+    start = time.perf_counter()
+    for _ in range(calls):
+        if setup:
+            setup()
+        run()
+    if min_ms <= 0:
+        return calls
+    _synchronize(device)
+    elapsed_ms = (time.perf_counter() - start) * 1e3
+    per_call_ms = max(elapsed_ms / calls, 1e-3)
+    extra = agree(max(0, math.ceil((min_ms - elapsed_ms) / per_call_ms)))
+    for _ in range(extra):
+        if setup:
+            setup()
+        run()
+    return calls + extra
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _sample_cuda(run, device, reps, setup, flush_l2) -> tuple[list[float], int]:

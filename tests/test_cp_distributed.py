@@ -66,3 +66,17 @@ def test_crashed_job_still_writes_a_row(tmp_path):
     settings = {"strategy": "no_such_strategy", "mask": "causal", "seqlen": 64, "cp_size": 2}
     row = run(settings, str(tmp_path / "row.json"), cell_id="x", timeout_s=120, threads=2)
     assert row["status"] == "error" and "no_such_strategy" in row["reason"]
+
+
+@pytest.mark.slow
+def test_time_based_warmup_keeps_ranks_in_step(tmp_path):
+    """warmup_ms: each rank estimates its own extra warm-up calls; the cell only finishes (rather than
+    hanging in a collective) if every rank makes the same number, the largest asked."""
+    from longca.cp.launch import run
+
+    settings = {"strategy": "ring", "mask": "causal", "seqlen": 512, "cp_size": 2, "heads_q": 4, "heads_kv": 2,
+                "head_dim": 16, "gate_seqlen": 128, "reps": 2, "warmup": 0, "warmup_ms": 150,
+                "strategy_options": {"local_kernel": "sdpa_math"}}
+    row = run(settings, str(tmp_path / "row.json"), cell_id="ring/causal", timeout_s=120, threads=2)
+    assert row["status"] == "ok", row.get("reason")
+    assert row["warmup_ms"] == 150 and row["median_ms"] > 0

@@ -210,7 +210,7 @@ def test_methodology_environment_and_configuration(page, html):
     assert page.tables["env-software"][0] == ["torch", "CUDA", "kernel libraries", "cells"]
     assert page.tables["env-software"][1] == ["2.13.0", "12.8", "triton 3.5.0", "36"]
     assert page.tables["env-cp"][0][:2] == ["backend", "device name"] and page.tables["env-cp"][1][0] == "nccl"
-    assert "2 warm-up then 5 timed calls" in html
+    assert "2 warm-up calls then 5 timed calls" in html
     software = dict(r for r in page.tables["report-software"])
     assert {"python", "longca", "matplotlib", "jinja2"} <= set(software)
     assert "cp_sizes:" in html and "- ring" in html

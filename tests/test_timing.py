@@ -35,3 +35,37 @@ def test_measure_counts_warmup_and_reps_and_times_only_run():
 def test_bad_counts_are_refused():
     with pytest.raises(ValueError, match="reps"):
         timing.measure(lambda: None, device=torch.device("cpu"), warmup=0, reps=0)
+
+
+def test_warmup_runs_for_at_least_warmup_ms_before_timing():
+    calls = []
+
+    def run():
+        calls.append(time.perf_counter())
+        time.sleep(0.01)
+
+    start = time.perf_counter()
+    timing.measure(run, device=torch.device("cpu"), warmup=1, reps=3, warmup_ms=100)
+    warmup_calls = len(calls) - 3
+    # ~10 ms a call: 100 ms of warm-up is about ten calls, not the one the count asks for.
+    assert 8 <= warmup_calls <= 14, warmup_calls
+    assert calls[warmup_calls] - start >= 0.095
+
+
+def test_warmup_count_is_what_every_participant_agrees_on():
+    """CP ranks must make the same number of calls: `agree` decides the extra count."""
+    asked = []
+
+    def agree(n):
+        asked.append(n)
+        return 7  # e.g. the slowest rank needs more calls than this one
+
+    made = timing.warm_up(lambda: time.sleep(0.002), device=torch.device("cpu"), calls=2, min_ms=20, agree=agree)
+    assert made == 2 + 7 and len(asked) == 1 and asked[0] >= 1
+    # No duration asked: exactly the count, and nobody is consulted.
+    assert timing.warm_up(lambda: None, device=torch.device("cpu"), calls=3, agree=lambda n: 1 / 0) == 3
+
+
+def test_negative_warmup_ms_is_refused():
+    with pytest.raises(ValueError, match="warmup_ms"):
+        timing.measure(lambda: None, device=torch.device("cpu"), warmup=0, reps=1, warmup_ms=-1)

@@ -85,3 +85,14 @@ def test_gpu_cells_get_a_gpu_each_and_share_the_cores(tmp_path):
     env["CUDA_VISIBLE_DEVICES"] = ""
     proc = subprocess.run(command(tmp_path, "all", "-n", cores=4), env=env, capture_output=True, text=True)
     assert proc.returncode != 0 and "config.device: cuda, but no GPU is visible" in proc.stdout + proc.stderr
+
+
+def test_warmup_ms_defaults_by_device_and_enters_cache_keys_only_when_set():
+    cpu = validate(BASE)
+    assert cpu["timing"]["warmup_ms"] == 0
+    assert "warmup_ms" not in cell_settings(cpu, "sdpa", "full", 64, "fwd", "float32")
+    gpu = validate({**BASE, "device": "cuda"})
+    assert gpu["timing"]["warmup_ms"] == 250
+    assert cell_settings(gpu, "sdpa", "full", 64, "fwd", "float32")["warmup_ms"] == 250
+    explicit = validate({**BASE, "device": "cuda", "timing": {"warmup_ms": 0}})
+    assert "warmup_ms" not in cell_settings(explicit, "sdpa", "full", 64, "fwd", "float32")

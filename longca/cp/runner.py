@@ -54,6 +54,7 @@ class CPSpec:
     seed: int = 0
     warmup: int = 2
     reps: int = 5
+    warmup_ms: float = 0.0      # and at least this long, the same call count on every rank
     gate_seqlen: int = 512
     device: str = "cpu"
     pattern: str | None = None
@@ -141,6 +142,11 @@ def correctness_gate(spec: CPSpec, problem: Problem):
     return box[0]
 
 
+def _max_over_ranks(n: int) -> int:
+    """Every rank makes the same number of warm-up calls (each is a collective): the largest asked."""
+    return max(_gather(int(n)))
+
+
 def time_strategy(spec: CPSpec, problem: Problem):
     strategy, reason = _planned(spec, problem)
     if reason:
@@ -166,7 +172,8 @@ def time_strategy(spec: CPSpec, problem: Problem):
     strategy.comm_bytes = 0
     run()
     comm_bytes = strategy.comm_bytes
-    samples, peak = timing.sample(run, device=device, warmup=spec.warmup, reps=spec.reps, setup=setup)
+    samples, peak = timing.sample(run, device=device, warmup=spec.warmup, reps=spec.reps, setup=setup,
+                                  warmup_ms=spec.warmup_ms, agree=_max_over_ranks)
     strategy.close()
     return strategy, samples, peak, comm_bytes
 

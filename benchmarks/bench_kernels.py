@@ -6,9 +6,12 @@ median of the reps) and, in the same process right after it, a bare ``triton.tes
 loop of the same call on the same shapes (median, do_bench's own L2 flush).  The two TFLOPs/s
 must agree within 3 %.  Prints a markdown table; writes every row as JSON lines to ``--out``.
 
-Order and budget: GPU clocks drift with sustained load, so the loops alternate A B A B (the cell's
-harness timing, bare, the harness's ``time_kernel`` again, bare again) and the ratio is of the
-means.  Mask metadata is prepared once for the three comparison loops (``prepare`` is untimed
+Order and budget: a power-capped GPU's clock wanders (an H200 at its 700 W cap went between 1.3
+and 1.98 GHz within seconds), so one loop can land in a dip.  The loops alternate A B A B … A B (the
+cell's harness timing, bare, the harness's ``time_kernel`` again, …; ``--rounds`` bare loops) and the
+ratio is of the medians over the loops of each method.  The cell warms up for ``--warmup-ms`` (it
+follows the correctness gate, when the GPU was nearly idle); the later loops run back to back with
+``--loop-warmup-ms`` each.  Mask metadata is prepared once for the comparison loops (``prepare`` is untimed
 either way; building a dense 32K × 32K mask for SDPA takes seconds of CPU).  Timed repetitions
 shrink with the square of the length above 8K (``--reps`` at 8K and below, at least
 ``--min-reps``) so every loop lasts about as long; the bare loop's budget follows the cell's median
@@ -92,9 +95,13 @@ def _bare(fn: Callable[[], Any], device: str, est_ms: float, bare_reps: int, war
     return statistics.median(samples)
 
 
-def side_by_side(kernel_name: str, spec: CellSpec, est_ms: float, bare_reps: int) -> dict:
-    bare = lambda fn: _bare(fn, spec.device, est_ms, bare_reps, spec.warmup_ms)  # noqa: E731
-    """Bare, the harness's timing again, bare again (B A B after the cell's A), same inputs."""
+def side_by_side(kernel_name: str, spec: CellSpec, cell_ms: float, args) -> dict:
+    """Bare and harness loops alternated after the cell's own: A(cell) B A B … B, same inputs.
+
+    The loops after the cell run back to back, so they need no long warm-up (--loop-warmup-ms,
+    the same for both); the cell had its own (spec.warmup_ms).  A power-capped GPU's clock wanders
+    by 10-20 % over seconds, so any one loop can land in a dip: medians over the rounds, not means
+    of two, decide the ratio."""
     kernel = kernels.get(kernel_name).with_options(spec.kernel_options)
     problem = spec.problem()
     q, k, v, grad_out = problem.make_inputs(requires_grad=True)
@@ -106,16 +113,20 @@ def side_by_side(kernel_name: str, spec: CellSpec, est_ms: float, bare_reps: int
     else:
         fn = lambda: kernel.forward(q, k, v, prepared)  # noqa: E731
     flops = attention_flops(problem.mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch)
-    b1 = bare(fn)
-    # The harness's own function, its own fresh inputs (as in the cell), the prepared metadata reused.
-    h2, _ = time_kernel(_Prepared(kernel, prepared), problem, spec.warmup, spec.reps, spec.warmup_ms)
-    b2 = bare(fn)
+    harness_ms, bare_ms = [cell_ms], []
+    for i in range(args.rounds):
+        bare_ms.append(_bare(fn, spec.device, cell_ms, args.bare_reps, args.loop_warmup_ms))
+        if i < args.rounds - 1:
+            # The harness's own function, its own fresh inputs (as in the cell), the prepared metadata reused.
+            t, _ = time_kernel(_Prepared(kernel, prepared), problem, spec.warmup, spec.reps, args.loop_warmup_ms)
+            harness_ms.append(t.median_ms)
     del q, k, v, grad_out, prepared, fn, out
     if spec.device == "cuda":
         torch.cuda.empty_cache()
     tf = lambda ms: flops / (ms * 1e-3) / 1e12  # noqa: E731
-    return {"bare_ms": [b1, b2], "harness2_ms": h2.median_ms, "bare_tflops": (tf(b1) + tf(b2)) / 2,
-            "bare_tflops_each": [tf(b1), tf(b2)], "harness2_tflops": tf(h2.median_ms)}
+    harness, bare = [tf(ms) for ms in harness_ms], [tf(ms) for ms in bare_ms]
+    return {"harness_ms": harness_ms, "bare_ms": bare_ms, "harness_tflops_each": harness, "bare_tflops_each": bare,
+            "harness_tflops": statistics.median(harness), "bare_tflops": statistics.median(bare)}
 
 
 def reps_for(seqlen: int, reps_8k: int, min_reps: int) -> int:
@@ -134,8 +145,12 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=20, help="harness timed reps at 8K and below (× (8K/seqlen)² above)")
     ap.add_argument("--min-reps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--warmup-ms", type=float, default=250.0,
-                    help="and warm up at least this long (harness and do_bench alike; GPU clocks settle)")
+    ap.add_argument("--warmup-ms", type=float, default=1000.0,
+                    help="the cell warms up at least this long (GPU clocks settle after the idle gate)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="bare loops, alternated with the harness's (the cell's loop + rounds - 1 more)")
+    ap.add_argument("--loop-warmup-ms", type=float, default=25.0,
+                    help="warm-up of each loop after the cell's (they run back to back), both methods")
     ap.add_argument("--bare-reps", type=float, default=3.0,
                     help="bare do_bench's rep budget in units of the cell's median (≥ 100 ms)")
     ap.add_argument("--max-bare-ms", type=float, default=2000.0,
@@ -210,8 +225,8 @@ def main() -> int:
                         print(_line(entry), flush=True)
     print(f"\ndevice: {device_name}  torch {torch.__version__}  triton {triton_version}  "
           f"total {time.time() - started:.0f} s")
-    print("| kernel | mask | seqlen | dir | status | harness TFLOPs/s: cell (p20–p80), again "
-          "| do_bench TFLOPs/s: before, after | ratio of means | how |")
+    print("| kernel | mask | seqlen | dir | status | harness TFLOPs/s: cell (p20–p80); later loops "
+          "| do_bench TFLOPs/s, each loop | ratio of medians | how |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for e in rows:
         print(_line(e))
@@ -240,8 +255,7 @@ def measure(name: str, spec: CellSpec, args) -> dict[str, Any]:
         entry["bare_error"] = f"not compared: dense-mask cell above {args.compare_dense_up_to}"
         return entry
     try:
-        entry.update(side_by_side(name, spec, row["median_ms"], args.bare_reps))
-        entry["harness_tflops"] = (entry["tflops"] + entry["harness2_tflops"]) / 2
+        entry.update(side_by_side(name, spec, row["median_ms"], args))
         entry["ratio"] = entry["harness_tflops"] / entry["bare_tflops"]
     except Exception as exc:  # noqa: BLE001 — a failed comparison is reported, the run goes on
         entry["bare_error"] = traceback.format_exception_only(type(exc), exc)[-1].strip()
@@ -276,8 +290,8 @@ def _line(e: dict) -> str:
         reason = (e.get("reason") or "").splitlines()[0][:90].replace("|", "/") if e.get("reason") else ""
         return f"| {e['kernel']} | {e['mask']} | {e['seqlen']} | {e['direction']} | {e['status']} | {reason} | | | |"
     harness = f"{e['tflops']:.1f} ({e['tflops_p20']:.1f}–{e['tflops_p80']:.1f})"
-    if "harness2_tflops" in e:
-        harness += f", {e['harness2_tflops']:.1f}"
+    if "harness_tflops_each" in e:
+        harness += "; " + ", ".join(f"{x:.1f}" for x in e["harness_tflops_each"][1:])
     if "bare_tflops_each" in e:
         bare = ", ".join(f"{x:.1f}" for x in e["bare_tflops_each"])
     else:

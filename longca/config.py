@@ -66,10 +66,10 @@ def mask_entries(config: dict) -> list[MaskEntry]:
     return entries
 
 
-# Time-based warm-up by device when the config sets none: a GPU out of idle runs at boost clocks for
-# a few hundred ms, and short warm-ups measured cuDNN's forward 5-6.5% fast on an H200
-# (docs/kernels.md); a CPU has no such transient worth the time.
-DEFAULT_WARMUP_MS = {"cpu": 0.0, "cuda": 250.0}
+# Time-based warm-up by device when the config sets none: a power-capped GPU out of idle runs at boost
+# clocks for a while; on an H200 a cell warmed up for 2 calls, or even 250 ms, still timed cuDNN's
+# forward 5-12% above the same call a second later (docs/kernels.md).  A CPU has no such transient.
+DEFAULT_WARMUP_MS = {"cpu": 0.0, "cuda": 1000.0}
 
 
 def validate(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:

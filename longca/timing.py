@@ -6,7 +6,7 @@ cache.  On CPU ``time.perf_counter`` brackets the same region.  Repetitions are 
 config; warm-up is a count *and* a minimum duration (``warmup_ms``): a GPU coming out of idle runs
 at boost clocks for a while before power management settles, so a few warm-up calls of a
 power-hungry kernel (cuDNN forward at 600+ TFLOPs/s) leave the first timed calls several per cent
-faster than the sustained rate (measured: 1.05-1.065x on an H200).  Statistics: median with 20th
+faster than the sustained rate (measured on an H200: 1.05-1.12x after 2 calls or 250 ms).  Statistics: median with 20th
 and 80th percentiles.
 """
 

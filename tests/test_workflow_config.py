@@ -92,7 +92,7 @@ def test_warmup_ms_defaults_by_device_and_enters_cache_keys_only_when_set():
     assert cpu["timing"]["warmup_ms"] == 0
     assert "warmup_ms" not in cell_settings(cpu, "sdpa", "full", 64, "fwd", "float32")
     gpu = validate({**BASE, "device": "cuda"})
-    assert gpu["timing"]["warmup_ms"] == 250
-    assert cell_settings(gpu, "sdpa", "full", 64, "fwd", "float32")["warmup_ms"] == 250
+    assert gpu["timing"]["warmup_ms"] == 1000
+    assert cell_settings(gpu, "sdpa", "full", 64, "fwd", "float32")["warmup_ms"] == 1000
     explicit = validate({**BASE, "device": "cuda", "timing": {"warmup_ms": 0}})
     assert "warmup_ms" not in cell_settings(explicit, "sdpa", "full", 64, "fwd", "float32")

@@ -88,11 +88,14 @@ def warm_up(run: Callable[[], object], *, device: torch.device, calls: int, min_
             setup: Callable[[], object] | None = None, agree: Callable[[int], int] = lambda n: n) -> int:
     """Call ``run`` ``calls`` times, then as many more as fill ``min_ms``; return the total made.
 
-    The extra count is estimated from the first calls' pace (so the loop needs no per-call
-    synchronisation, and every CP rank can agree on it before making the calls)."""
+    The extra count comes from the pace of one probe call made after the counted ones: the first
+    calls carry one-time costs (cuDNN plan selection, Triton or Inductor compilation, allocator
+    growth) that can take longer than ``min_ms`` on their own, so a pace measured over them would
+    leave the GPU barely warmed up (seen on an H200: a "1 s" warm-up that was three calls, and
+    cuDNN's forward timed 11-13 % above its sustained rate).  Counting the calls ahead (instead
+    of synchronising after each) lets every CP rank agree on the number before making them."""
     if min_ms > 0:
-        calls = max(calls, 1)  # one call at least, to know the pace
-    start = time.perf_counter()
+        calls = max(calls, 1)
     for _ in range(calls):
         if setup:
             setup()
@@ -100,14 +103,18 @@ def warm_up(run: Callable[[], object], *, device: torch.device, calls: int, min_
     if min_ms <= 0:
         return calls
     _synchronize(device)
-    elapsed_ms = (time.perf_counter() - start) * 1e3
-    per_call_ms = max(elapsed_ms / calls, 1e-3)
-    extra = agree(max(0, math.ceil((min_ms - elapsed_ms) / per_call_ms)))
+    if setup:
+        setup()
+    start = time.perf_counter()
+    run()
+    _synchronize(device)
+    per_call_ms = max((time.perf_counter() - start) * 1e3, 1e-3)
+    extra = agree(max(0, math.ceil(min_ms / per_call_ms) - 1))
     for _ in range(extra):
         if setup:
             setup()
         run()
-    return calls + extra
+    return calls + 1 + extra
 
 
 def _synchronize(device: torch.device) -> None:

@@ -61,7 +61,7 @@ def test_warmup_count_is_what_every_participant_agrees_on():
         return 7  # e.g. the slowest rank needs more calls than this one
 
     made = timing.warm_up(lambda: time.sleep(0.002), device=torch.device("cpu"), calls=2, min_ms=20, agree=agree)
-    assert made == 2 + 7 and len(asked) == 1 and asked[0] >= 1
+    assert made == 2 + 1 + 7 and len(asked) == 1 and asked[0] >= 1  # counted, the pace probe, the agreed
     # No duration asked: exactly the count, and nobody is consulted.
     assert timing.warm_up(lambda: None, device=torch.device("cpu"), calls=3, agree=lambda n: 1 / 0) == 3
 
@@ -69,3 +69,19 @@ def test_warmup_count_is_what_every_participant_agrees_on():
 def test_negative_warmup_ms_is_refused():
     with pytest.raises(ValueError, match="warmup_ms"):
         timing.measure(lambda: None, device=torch.device("cpu"), warmup=0, reps=1, warmup_ms=-1)
+
+
+def test_a_slow_first_call_does_not_shorten_the_warmup():
+    """One-time costs (plan selection, compilation) must not count as warm-up: the duration is
+    filled at the pace of a call made after them."""
+    calls = []
+
+    def run():
+        calls.append(time.perf_counter())
+        time.sleep(0.3 if len(calls) == 1 else 0.005)
+
+    made = timing.warm_up(run, device=torch.device("cpu"), calls=2, min_ms=100)
+    assert made == len(calls)
+    after_first = calls[-1] + 0.005 - calls[1]
+    assert after_first >= 0.09, after_first  # ~100 ms of 5 ms calls after the 300 ms first one
+    assert made >= 2 + 15

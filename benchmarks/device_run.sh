@@ -8,7 +8,8 @@
 # as wheels in .whl/ (docs/results/README.md says how they were fetched).  Knobs (environment):
 #   LONGCA_RUN_S       seconds this script may take in all (default 290)
 #   LONGCA_BENCH_GPU   GPU for benchmarks/bench_kernels.py (default 0; empty: no bench)
-#   LONGCA_FLOW_GPU    GPU for the workflow's kernel cells (default 1)
+#   LONGCA_FLOW_GPU    GPU for the workflow's kernel cells (default 1; empty: no workflow)
+#   LONGCA_BENCH_SEQLENS  the bench's lengths, in order (default "8192 32768 16384")
 #   LONGCA_STAGES      seqlen lists the workflow runs in turn, ';'-separated, each a superset of the
 #                      last, so every finished stage is a complete grid (the cache keeps earlier cells)
 #   LONGCA_SNAKEMAKE_ARGS  more Snakemake flags (`-n` checks this script on a machine without a GPU)
@@ -16,7 +17,8 @@ set -u
 OUT=${OUT:?the device tool sets OUT}
 RUN_S=${LONGCA_RUN_S:-290}
 BENCH_GPU=${LONGCA_BENCH_GPU-0}
-FLOW_GPU=${LONGCA_FLOW_GPU:-1}
+FLOW_GPU=${LONGCA_FLOW_GPU-1}
+BENCH_SEQLENS=${LONGCA_BENCH_SEQLENS:-8192 32768 16384}
 LONGCA_SNAKEMAKE_ARGS=${LONGCA_SNAKEMAKE_ARGS:-}
 STAGES=${LONGCA_STAGES:-"[8192];[2048,8192];[2048,8192,32768]"}
 # NVLink multicast stays off (the device README: it can take a shared host's GPUs out of service).
@@ -39,7 +41,7 @@ SMI=$!
 deadline=$((SECONDS + RUN_S))
 if [ -n "$BENCH_GPU" ]; then
     CUDA_VISIBLE_DEVICES=$BENCH_GPU timeout $((RUN_S - 20)) python3 benchmarks/bench_kernels.py \
-        --seqlens 8192 32768 16384 --kernels flex sdpa_cudnn sdpa_flash triton_block_sparse varlen_attn \
+        --seqlens $BENCH_SEQLENS --kernels flex sdpa_cudnn sdpa_flash triton_block_sparse varlen_attn \
         --compare-dense-up-to 8192 --budget-s $((RUN_S - 40)) --out "$OUT/bench_kernels.jsonl" \
         > "$OUT/bench_kernels.log" 2>&1 &
     BENCH=$!
@@ -57,6 +59,7 @@ cp /tmp/device_overrides.yaml "$run_dir/stages.txt.overrides.yaml"
 IFS=';' read -ra seqlen_stages <<< "$STAGES"
 stage=0
 for seqlens in "${seqlen_stages[@]}"; do
+    [ -n "$FLOW_GPU" ] || break
     left=$((deadline - SECONDS - 25))
     [ "$left" -gt 30 ] || break
     stage=$((stage + 1))

@@ -1,0 +1,85 @@
+"""Tables, figures and the HTML report from whatever cells a run finished.
+
+The workflow builds the report only once every cell of its grid exists.  A lent GPU machine can be
+taken back before that (docs/results/README.md): this renders the cells that did finish, with the
+same library functions the workflow's aggregate, plot and report rules call, so the published
+report shows exactly what was measured and nothing else.
+
+    python benchmarks/render_results.py RUN/results docs/results/h200_2026-11-22 \\
+        --config config/gpu.yaml run-overrides.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from pathlib import Path
+
+import yaml
+
+from longca import ceilings as ceilings_mod
+from longca import config as config_mod
+from longca import plots, results
+from longca.report import Figures, render
+
+
+def merged_config(paths: list[str]) -> dict:
+    """config/config.yaml, then each file over it, as Snakemake merges --configfile (nested dicts too)."""
+    merged: dict = yaml.safe_load((Path(config_mod.__file__).parent.parent / "config" / "config.yaml").read_text())
+    for path in paths:
+        _merge(merged, yaml.safe_load(Path(path).read_text()) or {})
+    return merged
+
+
+def _merge(base: dict, over: dict) -> None:
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", type=Path, help="a run's results/ folder (cells/kernels, cells/cp, ceilings.json)")
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--config", nargs="*", default=[], help="the config files the run used, in order")
+    args = ap.parse_args()
+
+    config = config_mod.validate(merged_config(args.config))
+    kernel_cells = sorted((args.results / "cells" / "kernels").rglob("*.json"))
+    cp_cells = sorted((args.results / "cells" / "cp").rglob("*.json"))
+    if not kernel_cells and not cp_cells:
+        print(f"no cells under {args.results / 'cells'}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    results.aggregate(kernel_cells, args.out / "kernels.parquet", schema=results.KERNEL_SCHEMA)
+    results.aggregate(cp_cells, args.out / "cp.parquet", schema=results.CP_SCHEMA)
+    kernels = results.load(args.out / "kernels.parquet")
+    cp = results.load(args.out / "cp.parquet")
+    ceilings = ceilings_mod.load(args.results / "ceilings.json")  # None when the run measured none
+
+    # The config's mask order, keeping only masks with at least one finished cell.
+    masks = [e.name for e in config_mod.mask_entries(config) if e.name in set(kernels["mask"])]
+    cp_masks = sorted(set(cp["mask"])) if len(cp) else []
+    figdir = args.out / "figures"
+    figdir.mkdir(exist_ok=True)
+    throughput, memory = {}, {}
+    for mask in masks:
+        throughput[mask], memory[mask] = figdir / f"kernels_{mask}.png", figdir / f"memory_{mask}.png"
+        plots.kernel_figures(kernels, mask, throughput[mask], memory[mask], ceilings=ceilings)
+    matrix = figdir / "kernel_mask_matrix.png"
+    plots.save(plots.kernel_mask_matrix_figure(kernels, masks=masks), matrix)
+    scaling, efficiency = {}, {}
+    for mask in cp_masks:
+        scaling[mask], efficiency[mask] = figdir / f"cp_scaling_{mask}.png", figdir / f"cp_efficiency_{mask}.png"
+        plots.cp_figures(cp, kernels, mask, scaling[mask], efficiency[mask], ceilings=ceilings)
+    figures = Figures(throughput=throughput, memory=memory, matrix=matrix, cp_scaling=scaling, cp_efficiency=efficiency)
+    render(kernels, args.out / "report.html", cp=cp, figures=figures, ceilings=ceilings, config=config, masks=masks)
+    print(f"{len(kernel_cells)} kernel cells, {len(cp_cells)} CP cells -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The configs and scripts that produce published results: config/gpu.yaml and render_results."""
+
+import subprocess
+import sys
+
+import yaml
+
+from longca import config, kernels, masks
+from snakemake_run import REPO
+
+
+def _merged(*names):
+    merged = {}
+    for name in names:
+        for key, value in yaml.safe_load((REPO / "config" / name).read_text()).items():
+            merged[key] = {**merged[key], **value} if isinstance(value, dict) and isinstance(merged.get(key), dict) \
+                else value
+    return config.validate(merged)
+
+
+def test_gpu_config_is_the_paper_scale_grid():
+    cfg = _merged("config.yaml", "gpu.yaml")
+    # Every kernel LongCA has except the unfused reference (its scores alone need ~275 GB at 32K).
+    assert set(cfg["kernels"]) == set(kernels.names()) - {"sdpa_math"} - {n for n in kernels.names()
+                                                                            if n.startswith("test_")}
+    assert {e.name for e in config.mask_entries(cfg)} == set(masks.PATTERNS)
+    assert min(cfg["seqlens"]) == 1024 and max(cfg["seqlens"]) >= 32768
+    assert (cfg["dtypes"], cfg["batch"], cfg["heads_q"], cfg["heads_kv"], cfg["head_dim"]) == \
+        (["bfloat16"], 1, 64, 8, 128)
+    assert set(cfg["directions"]) == {"fwd", "bwd"}
+    assert cfg["timing"]["warmup_ms"] == 1000  # the CUDA default
+    assert len(cfg["cp_strategies"]) == 6 and cfg["cp_sizes"] == [2]
+
+
+def test_render_results_reports_exactly_the_cells_that_finished(tmp_path):
+    """A lease can end mid-grid: the published report shows the finished cells and nothing else."""
+    cells = tmp_path / "results" / "cells" / "kernels"
+    for mask in ("full", "causal"):
+        out = cells / "sdpa" / mask / "float32_fwd_128.json"
+        out.parent.mkdir(parents=True)
+        subprocess.run([sys.executable, "-m", "longca", "run-cell", "--kernel", "sdpa", "--mask", mask, "--seqlen",
+                        "128", "--heads-q", "2", "--heads-kv", "2", "--head-dim", "16", "--gate-seqlen", "64",
+                        "--reps", "2", "--isolation", "none", "--out", str(out)], check=True, cwd=REPO)
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "render_results.py"), str(tmp_path / "results"),
+                           str(tmp_path / "published")], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    published = tmp_path / "published"
+    import pandas as pd
+
+    rows = pd.read_parquet(published / "kernels.parquet")
+    assert sorted(rows["mask"]) == ["causal", "full"] and (rows["status"] == "ok").all()
+    html = (published / "report.html").read_text()
+    assert "sdpa/full/float32_fwd_128" in html and "sdpa/causal/float32_fwd_128" in html
+    assert (published / "figures" / "kernels_full.png").exists()
+    assert not (published / "figures" / "kernels_varlen_causal.png").exists()  # no cells, no figure

@@ -1,5 +1,10 @@
 """Run under torchrun by tests/test_cp_distributed.py: the CP correctness gate for every strategy ×
-mask × dtype × direction in one process group, one JSON line per case on rank 0."""
+mask × dtype × direction in one process group, one JSON line per case on rank 0.
+
+    cp_gate_script.py OUT SEQLEN [STRATEGIES] [MASKS] [--layouts]
+
+``--layouts`` runs `usp` at every Ulysses degree and `double_ring` at every window that divides the
+world size (each rank grid the 2-D strategies can take), instead of their default layout."""
 
 import json
 import sys
@@ -21,19 +26,33 @@ MASKS = {
 }
 
 
+# The option that sets each 2-D strategy's rank grid (see longca/cp/usp.py, double_ring.py).
+LAYOUT_OPTION = {"usp": "ulysses_degree", "double_ring": "window"}
+
+
+def layouts(strategy: str, world: int, all_layouts: bool) -> list[dict]:
+    if not all_layouts or strategy not in LAYOUT_OPTION:
+        return [{}]
+    return [{LAYOUT_OPTION[strategy]: d} for d in range(1, world + 1) if world % d == 0]
+
+
 def main() -> None:
-    out_path, seqlen = sys.argv[1], int(sys.argv[2])
-    strategies = sys.argv[3].split(",") if len(sys.argv) > 3 else cp.names()
+    args = [a for a in sys.argv[1:] if a != "--layouts"]
+    all_layouts = "--layouts" in sys.argv
+    out_path, seqlen = args[0], int(args[1])
+    strategies = args[2].split(",") if len(args) > 2 else cp.names()
+    masks = {m: MASKS[m] for m in args[3].split(",")} if len(args) > 3 else MASKS
     dist.init_process_group("gloo")
     world = dist.get_world_size()
     torch.set_num_threads(1)
     lines = []
-    for strategy in strategies:
-        for mask, params in MASKS.items():
+    runs = [(strategy, options) for strategy in strategies for options in layouts(strategy, world, all_layouts)]
+    for strategy, options in runs:
+        for mask, params in masks.items():
             for dtype in ("float32", "bfloat16"):
                 for direction in ("fwd", "bwd"):
                     spec = CPSpec(strategy, mask, seqlen, world, direction, dtype, heads_q=8, heads_kv=2,
-                                  head_dim=16, mask_params=params, seed=3)
+                                  head_dim=16, mask_params=params, seed=3, strategy_options=options)
                     problem = spec.problem(torch.device("cpu"))
                     try:
                         ok, err, tol, detail = correctness_gate(spec, problem)
@@ -41,8 +60,8 @@ def main() -> None:
                                   "detail": detail}
                     except Unsupported as exc:
                         result = {"status": "unsupported", "reason": str(exc)}
-                    lines.append({"strategy": strategy, "mask": mask, "dtype": dtype, "direction": direction,
-                                  **result})
+                    lines.append({"strategy": strategy, "options": options, "mask": mask, "dtype": dtype,
+                                  "direction": direction, **result})
     if dist.get_rank() == 0:
         with open(out_path, "w") as f:
             for line in lines:

@@ -80,3 +80,20 @@ def test_time_based_warmup_keeps_ranks_in_step(tmp_path):
     row = run(settings, str(tmp_path / "row.json"), cell_id="ring/causal", timeout_s=120, threads=2)
     assert row["status"] == "ok", row.get("reason")
     assert row["warmup_ms"] == 150 and row["median_ms"] > 0
+
+
+@pytest.mark.slow
+def test_eight_ranks_every_strategy_and_every_2d_layout_match_the_reference(tmp_path):
+    """Eight gloo ranks (the CP size of one 8-GPU node): every strategy on the masks the scaling runs
+    use, and `usp` / `double_ring` on every rank grid that divides 8 (1×8, 2×4, 4×2, 8×1)."""
+    out = tmp_path / "gate.jsonl"
+    proc = _torchrun(8, str(HERE / "cp_gate_script.py"), str(out), "512", ",".join(OURS),
+                     "full,causal,varlen_causal", "--layouts", timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    bad = [r for r in rows if r["status"] != "ok"]
+    assert not bad, bad[:5]
+    layouts = {(r["strategy"], tuple(sorted(r["options"].items()))) for r in rows}
+    assert {o for s, o in layouts if s == "usp"} == {(("ulysses_degree", d),) for d in (1, 2, 4, 8)}
+    assert {o for s, o in layouts if s == "double_ring"} == {(("window", d),) for d in (1, 2, 4, 8)}
+    assert max(r["error"] for r in rows if r["dtype"] == "float32") < 1e-5

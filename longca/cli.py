@@ -16,7 +16,8 @@ def _flag_settings(args: argparse.Namespace) -> dict:
     return {"kernel": args.kernel, "mask": args.mask, "seqlen": args.seqlen, "direction": args.direction,
             "dtype": args.dtype, "batch": args.batch, "heads_q": args.heads_q, "heads_kv": args.heads_kv,
             "head_dim": args.head_dim, "mask_params": json.loads(args.mask_params), "seed": args.seed,
-            "warmup": args.warmup, "warmup_ms": args.warmup_ms, "reps": args.reps, "gate_seqlen": args.gate_seqlen, "device": args.device}
+            "warmup": args.warmup, "warmup_ms": args.warmup_ms, "reps": args.reps, "gate_seqlen": args.gate_seqlen,
+            "device": args.device}
 
 
 def _run_cell(args: argparse.Namespace) -> int:

@@ -67,8 +67,8 @@ def mask_entries(config: dict) -> list[MaskEntry]:
 
 
 # Time-based warm-up by device when the config sets none: a power-capped GPU out of idle runs at boost
-# clocks for a while; on an H200 a cell warmed up for 2 calls, or even 250 ms, still timed cuDNN's
-# forward 5-12% above the same call a second later (docs/kernels.md).  A CPU has no such transient.
+# clocks for a while; on an H200 a cell warmed up for 2 calls, or 250 ms, timed cuDNN's forward
+# 5-12% above the same call a second later (docs/kernels.md).  A CPU has no such transient.
 DEFAULT_WARMUP_MS = {"cpu": 0.0, "cuda": 1000.0}
 
 

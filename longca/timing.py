@@ -6,8 +6,8 @@ cache.  On CPU ``time.perf_counter`` brackets the same region.  Repetitions are 
 config; warm-up is a count *and* a minimum duration (``warmup_ms``): a GPU coming out of idle runs
 at boost clocks for a while before power management settles, so a few warm-up calls of a
 power-hungry kernel (cuDNN forward at 600+ TFLOPs/s) leave the first timed calls several per cent
-faster than the sustained rate (measured on an H200: 1.05-1.12x after 2 calls or 250 ms).  Statistics: median with 20th
-and 80th percentiles.
+faster than the sustained rate (measured on an H200: 1.05-1.12x after 2 calls or 250 ms).
+Statistics: median with 20th and 80th percentiles.
 """
 
 from __future__ import annotations
@@ -91,8 +91,8 @@ def warm_up(run: Callable[[], object], *, device: torch.device, calls: int, min_
     The extra count comes from the pace of one probe call made after the counted ones: the first
     calls carry one-time costs (cuDNN plan selection, Triton or Inductor compilation, allocator
     growth) that can take longer than ``min_ms`` on their own, so a pace measured over them would
-    leave the GPU barely warmed up (seen on an H200: a "1 s" warm-up that was three calls, and
-    cuDNN's forward timed 11-13 % above its sustained rate).  Counting the calls ahead (instead
+    leave the GPU barely warmed up (the likely reason an H200 cell with a "1 s" warm-up still timed
+    cuDNN's forward 11-13 % above its sustained rate).  Counting the calls ahead (instead
     of synchronising after each) lets every CP rank agree on the number before making them."""
     if min_ms > 0:
         calls = max(calls, 1)
@@ -126,7 +126,7 @@ def _sample_cuda(run, device, reps, setup, flush_l2) -> tuple[list[float], int]:
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=device) if flush_l2 else None
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    torch.cuda.synchronize(device)
+    _synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     base = torch.cuda.memory_allocated(device)
     for i in range(reps):

@@ -83,7 +83,7 @@ def _bare(fn: Callable[[], Any], device: str, est_ms: float, bare_reps: int, war
         from triton.testing import do_bench
 
         # do_bench's warm-up and rep are milliseconds; it sizes its loops from its own estimate.  Its
-        # warm-up lasts as long as the harness's (--warmup-ms), so both loops start from settled clocks.
+        # warm-up is the harness loop's it alternates with (--loop-warmup-ms): same start for both.
         return do_bench(fn, warmup=max(25.0, warmup_ms, est_ms), rep=max(100.0, bare_reps * est_ms),
                         return_mode="median")
     fn()

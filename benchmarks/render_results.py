@@ -12,32 +12,13 @@ report shows exactly what was measured and nothing else.
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 from pathlib import Path
-
-import yaml
 
 from longca import ceilings as ceilings_mod
 from longca import config as config_mod
 from longca import plots, results
 from longca.report import Figures, render
-
-
-def merged_config(paths: list[str]) -> dict:
-    """config/config.yaml, then each file over it, as Snakemake merges --configfile (nested dicts too)."""
-    merged: dict = yaml.safe_load((Path(config_mod.__file__).parent.parent / "config" / "config.yaml").read_text())
-    for path in paths:
-        _merge(merged, yaml.safe_load(Path(path).read_text()) or {})
-    return merged
-
-
-def _merge(base: dict, over: dict) -> None:
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _merge(base[key], value)
-        else:
-            base[key] = copy.deepcopy(value)
 
 
 def main() -> int:
@@ -47,7 +28,7 @@ def main() -> int:
     ap.add_argument("--config", nargs="*", default=[], help="the config files the run used, in order")
     args = ap.parse_args()
 
-    config = config_mod.validate(merged_config(args.config))
+    config = config_mod.validate(config_mod.merge_files(args.config))
     kernel_cells = sorted((args.results / "cells" / "kernels").rglob("*.json"))
     cp_cells = sorted((args.results / "cells" / "cp").rglob("*.json"))
     if not kernel_cells and not cp_cells:

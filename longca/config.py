@@ -72,6 +72,23 @@ def mask_entries(config: dict) -> list[MaskEntry]:
 DEFAULT_WARMUP_MS = {"cpu": 0.0, "cuda": 1000.0}
 
 
+def merge_files(paths: list[str | Path]) -> dict:
+    """config/config.yaml, then each file over it, nested mappings merged, as Snakemake merges
+    ``--configfile`` (for code that rebuilds a run's config outside Snakemake)."""
+    merged: dict = {}
+    for path in [Path(__file__).resolve().parent.parent / "config" / "config.yaml", *map(Path, paths)]:
+        _merge_into(merged, yaml.safe_load(path.read_text()) or {})
+    return merged
+
+
+def _merge_into(base: dict, over: dict) -> None:
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge_into(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+
+
 def validate(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
     """Return the config with defaults filled in, or raise ConfigError naming the bad key."""
     config = copy.deepcopy(config)

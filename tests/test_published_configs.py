@@ -3,23 +3,12 @@
 import subprocess
 import sys
 
-import yaml
-
 from longca import config, kernels, masks
 from snakemake_run import REPO
 
 
-def _merged(*names):
-    merged = {}
-    for name in names:
-        for key, value in yaml.safe_load((REPO / "config" / name).read_text()).items():
-            merged[key] = {**merged[key], **value} if isinstance(value, dict) and isinstance(merged.get(key), dict) \
-                else value
-    return config.validate(merged)
-
-
 def test_gpu_config_is_the_paper_scale_grid():
-    cfg = _merged("config.yaml", "gpu.yaml")
+    cfg = config.validate(config.merge_files([REPO / "config" / "gpu.yaml"]))
     # Every kernel LongCA has except the unfused reference (its scores alone need ~275 GB at 32K).
     assert set(cfg["kernels"]) == set(kernels.names()) - {"sdpa_math"} - {n for n in kernels.names()
                                                                             if n.startswith("test_")}

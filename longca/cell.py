@@ -53,6 +53,8 @@ class CellSpec:
     warmup: int = 2
     reps: int = 5
     warmup_ms: float = 0.0      # and warm up for at least this long (GPU clocks settle; longca.timing)
+    warmup_max_ms: float = 0.0  # > 0: warm up until steady, at most this long (longca.timing)
+    rep_ms: float = 0.0         # > 0: repeat until this much time is filled, at least ``reps`` times
     gate_seqlen: int = 512
     device: str = "cpu"
     pattern: str | None = None  # the builder in longca.masks.PATTERNS; default: ``mask``
@@ -111,7 +113,8 @@ def correctness_gate(kernel: Kernel, problem: Problem) -> tuple[bool, float, flo
     return worst <= tol, worst, tol, f"relative L2 error vs float64 reference: {detail} (tolerance {tol:.0e})"
 
 
-def time_kernel(kernel: Kernel, problem: Problem, warmup: int, reps: int, warmup_ms: float = 0.0):
+def time_kernel(kernel: Kernel, problem: Problem, warmup: int, reps: int, warmup_ms: float = 0.0,
+                warmup_max_ms: float = 0.0, rep_ms: float = 0.0):
     """Time forward or backward of the full problem; mask metadata is prepared untimed."""
     backward = problem.direction == "bwd"
     q, k, v, grad_out = problem.make_inputs(requires_grad=True)
@@ -127,7 +130,8 @@ def time_kernel(kernel: Kernel, problem: Problem, warmup: int, reps: int, warmup
             return kernel.forward(q, k, v, prepared)
 
     warmup = max(warmup, kernel.min_warmup)
-    return timing.measure(run, device=problem.device, warmup=warmup, reps=reps, warmup_ms=warmup_ms), prepared
+    return timing.measure(run, device=problem.device, warmup=warmup, reps=reps, warmup_ms=warmup_ms,
+                          warmup_max_ms=warmup_max_ms, rep_ms=rep_ms), prepared
 
 
 def _release(device: torch.device) -> None:
@@ -160,7 +164,8 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
             if not ok:
                 failure = ("wrong", detail)
             else:
-                result, prepared = time_kernel(kernel, problem, spec.warmup, spec.reps, spec.warmup_ms)
+                result, prepared = time_kernel(kernel, problem, spec.warmup, spec.reps, spec.warmup_ms,
+                                               spec.warmup_max_ms, spec.rep_ms)
                 row.update(dataclasses.asdict(result))
                 row["notes"] = json.dumps(kernel.notes(prepared), sort_keys=True)
                 row["tflops"] = row["flops"] / (result.median_ms * 1e-3) / 1e12

@@ -27,9 +27,10 @@ def _run_cell(args: argparse.Namespace) -> int:
     # The workflow's naming (the cell's file path under results/cells/kernels/).
     cell_id = args.cell_id or "{kernel}/{mask}/{dtype}_{direction}_{seqlen}".format(**settings)
     timeout = args.timeout or None
-    if args.isolation == "worker":
-        from .worker import WorkerError, request
+    if args.isolation in ("worker", "resident"):
+        from .worker import WorkerError
 
+        request = _client_request(args.isolation)
         try:
             row = request(settings, cell_id=cell_id, threads=args.threads, timeout_s=timeout,
                           memory_mb=args.memory_mb or None, gpus=args.gpus)
@@ -52,6 +53,7 @@ def _run_cell(args: argparse.Namespace) -> int:
             torch.set_num_threads(args.threads)
         row = run_cell(CellSpec.from_dict(settings))
         row.update(cell_id=cell_id, fingerprint=_fingerprint(settings.get("kernel")))
+    row["isolation"] = args.isolation  # how the number was measured, for whoever compares rows
     if args.out:
         write_json_atomic(row, args.out)
     else:
@@ -63,10 +65,25 @@ def _run_cell(args: argparse.Namespace) -> int:
     return 0  # a failed cell is a result, not a failed command
 
 
+def _client_request(isolation: str):
+    """The thin client for a warm measuring server; neither imports torch."""
+    if isolation == "resident":
+        from .resident import request
+    else:
+        from .worker import request
+    return request
+
+
 def _worker(args: argparse.Namespace) -> int:
     from .worker import serve
 
     return serve(args.socket, args.idle)
+
+
+def _lane(args: argparse.Namespace) -> int:
+    from .resident import serve
+
+    return serve(args.socket, args.device, args.idle)
 
 
 def _kernels(args: argparse.Namespace) -> int:
@@ -160,9 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
     cell.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     cell.add_argument("--cell-id", default=None)
     cell.add_argument("--out", default=None, help="JSON file to write (default: stdout)")
-    cell.add_argument("--isolation", default="fork", choices=["worker", "fork", "none"],
-                      help="where the measurement runs: a child forked by the shared warm worker, a child "
-                           "forked by this process (default), or this process (debugging: a crash is a crash)")
+    cell.add_argument("--isolation", default="fork", choices=["resident", "worker", "fork", "none"],
+                      help="where the measurement runs: the device's long-lived measuring process (a fresh one "
+                           "after a crash), a child forked by the shared warm worker, a child forked by this "
+                           "process (default), or this process (debugging: a crash is a crash)")
     cell.add_argument("--timeout", type=float, default=600.0,
                       help="seconds before the measuring child is killed and the row says timeout (0: none)")
     cell.add_argument("--memory-mb", type=int, default=0,
@@ -175,6 +193,14 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--idle", type=float, default=None,
                         help="exit after this many idle seconds (default: $LONGCA_WORKER_IDLE_S or 120)")
     worker.set_defaults(func=_worker)
+
+    lane = sub.add_parser("lane", help="serve one device's cells from a resident measuring process "
+                                       "(started by run-cell --isolation resident)")
+    lane.add_argument("--socket", required=True)
+    lane.add_argument("--device", required=True, help="the GPU (a CUDA_VISIBLE_DEVICES entry) or 'cpu'")
+    lane.add_argument("--idle", type=float, default=None,
+                      help="exit after this many idle seconds (default: $LONGCA_WORKER_IDLE_S or 120)")
+    lane.set_defaults(func=_lane)
 
     cpc = sub.add_parser("cp-cell", help="measure one CP cell under torchrun and write one JSON row")
     cpc.add_argument("--settings", required=True, help="the cell's resolved settings (JSON)")

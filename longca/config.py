@@ -66,10 +66,15 @@ def mask_entries(config: dict) -> list[MaskEntry]:
     return entries
 
 
-# Time-based warm-up by device when the config sets none: a power-capped GPU out of idle runs at boost
-# clocks for a while; on an H200 a cell warmed up for 2 calls, or 250 ms, timed cuDNN's forward
-# 5-12% above the same call a second later (docs/kernels.md).  A CPU has no such transient.
-DEFAULT_WARMUP_MS = {"cpu": 0.0, "cuda": 1000.0}
+# Defaults by device when the config sets none.  A GPU kernel cell is timed by budget (longca.timing):
+# a warm-up of at least 25 ms that goes on until the device is steady (at most 1 s), then repetitions
+# filling 100 ms (do_bench's warm-up and rep times), in a resident process that keeps the CUDA
+# context, libraries and compiled kernels across cells (longca.resident).  A CPU has no boost-clock
+# transient and its cells are cheap to fork: counts only, one forked child per cell.
+DEVICE_DEFAULTS = {
+    "cpu": {"timing": {"warmup_ms": 0.0, "warmup_max_ms": 0.0, "rep_ms": 0.0}, "isolation": "worker"},
+    "cuda": {"timing": {"warmup_ms": 25.0, "warmup_max_ms": 1000.0, "rep_ms": 100.0}, "isolation": "resident"},
+}
 
 
 def merge_files(paths: list[str | Path]) -> dict:
@@ -99,7 +104,10 @@ def validate(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
         lines = [f"{_key_path(e.absolute_path)}: {e.message}" for e in errors]
         raise ConfigError("invalid LongCA configuration:\n  " + "\n  ".join(lines))
     _apply_defaults(config, schema)
-    config["timing"].setdefault("warmup_ms", DEFAULT_WARMUP_MS[config["device"]])
+    defaults = DEVICE_DEFAULTS[config["device"]]
+    for key, value in defaults["timing"].items():
+        config["timing"].setdefault(key, value)
+    config.setdefault("isolation", defaults["isolation"])
     _inline_histograms(config)
     _check_semantics(config)
     return config
@@ -222,7 +230,7 @@ def cp_cell_settings(config: dict, strategy: str, mask: str, tokens_per_rank: in
         "dtype": dtype, "batch": config["batch"], "heads_q": config["heads_q"], "heads_kv": config["heads_kv"],
         "head_dim": config["head_dim"], "seed": config["seed"], "gate_seqlen": config["gate_seqlen"],
         "warmup": config["timing"]["warmup"], "reps": config["timing"]["reps"], "device": config["device"],
-        **_warmup_ms(config),
+        **_cp_warmup_ms(config),
     }
     options = config.get("cp_options", {}).get(strategy)
     if options:
@@ -232,9 +240,17 @@ def cp_cell_settings(config: dict, strategy: str, mask: str, tokens_per_rank: in
     return settings
 
 
-def _warmup_ms(config: dict) -> dict:
-    # Only when set: CPU cells keep the cache key they had before the time-based warm-up existed.
-    ms = config["timing"].get("warmup_ms") or 0
+def _timing_budget(config: dict) -> dict:
+    """A kernel cell's time-based timing settings, each only when set: CPU cells keep the cache key
+    they had before time-based timing existed."""
+    return {key: float(config["timing"][key]) for key in ("warmup_ms", "warmup_max_ms", "rep_ms")
+            if config["timing"].get(key)}
+
+
+def _cp_warmup_ms(config: dict) -> dict:
+    """CP cells warm up by count and duration (every rank must make the same calls, so no per-rank
+    steadiness check): as long as a kernel cell's warm-up may last, ``warmup_max_ms``."""
+    ms = config["timing"].get("warmup_max_ms") or config["timing"].get("warmup_ms") or 0
     return {"warmup_ms": float(ms)} if ms else {}
 
 
@@ -283,7 +299,7 @@ def cell_settings(config: dict, kernel: str, mask: str, seqlen: int, direction: 
         "batch": config["batch"], "heads_q": config["heads_q"], "heads_kv": config["heads_kv"],
         "head_dim": config["head_dim"], "seed": config["seed"], "gate_seqlen": config["gate_seqlen"],
         "warmup": config["timing"]["warmup"], "reps": config["timing"]["reps"], "device": config["device"],
-        **_warmup_ms(config),
+        **_timing_budget(config),
     }
     # Only when set: a kernel without options keeps the cache key it had before options existed.
     options = config.get("kernel_options", {}).get(kernel)

@@ -66,32 +66,58 @@ class Slot:
         self.release()
 
 
+def _open_lock(lock_dir: Path, device: str) -> int:
+    # Keyed by device, not index: runs that see different CUDA_VISIBLE_DEVICES still exclude each other.
+    name = device.replace("/", "_")  # MIG ids contain slashes
+    return os.open(lock_dir / f"slot-{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+
+
+def _held(fd: int, index: int, device: str) -> Slot:
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())  # who holds it, for a human looking
+    return Slot(index, device, fd)
+
+
 def acquire(devices: list[str], *, lock_dir: Path | None = None, timeout_s: float | None = None,
-            poll_s: float = 0.05) -> Slot:
+            poll_s: float = 0.005) -> Slot:
     """Take a free slot (blocking until one is free); raise TimeoutError after ``timeout_s``.
 
-    Slots are tried starting at a pid-dependent index so concurrent starters spread out instead of
-    all contending for slot 0."""
+    One device and no timeout: a blocking lock, so the next waiting cell starts the moment the last
+    one lets go (resident lanes keep clients queued on it).  Several: slots are tried starting at a
+    pid-dependent index so concurrent starters spread out instead of all contending for slot 0."""
     if not devices:
         raise ValueError("no GPU to give a slot on: CUDA_VISIBLE_DEVICES is empty and nvidia-smi lists none")
     lock_dir = default_lock_dir() if lock_dir is None else Path(lock_dir)
     lock_dir.mkdir(parents=True, exist_ok=True)
+    if len(devices) == 1 and timeout_s is None:
+        fd = _open_lock(lock_dir, devices[0])
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return _held(fd, 0, devices[0])
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     start = os.getpid() % len(devices)
     while True:
         for k in range(len(devices)):
             i = (start + k) % len(devices)
-            # Keyed by device, not index: runs that see different CUDA_VISIBLE_DEVICES still exclude each other.
-            name = devices[i].replace("/", "_")  # MIG ids contain slashes
-            fd = os.open(lock_dir / f"slot-{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            fd = _open_lock(lock_dir, devices[i])
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(fd)
                 continue
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())  # who holds it, for a human looking
-            return Slot(i, devices[i], fd)
+            return _held(fd, i, devices[i])
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"no free GPU slot among devices {devices} after {timeout_s} s")
         time.sleep(poll_s)
+
+
+def acquire_all(devices: list[str], *, lock_dir: Path | None = None) -> list[Slot]:
+    """Every slot of ``devices``, blocking, in a fixed order (a CP cell's GPUs).  Cells hold one slot
+    at a time, and multi-slot holders take them in the same order, so nobody waits in a cycle."""
+    lock_dir = default_lock_dir() if lock_dir is None else Path(lock_dir)
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    slots = []
+    for i, device in sorted(enumerate(devices), key=lambda pair: pair[1]):
+        fd = _open_lock(lock_dir, device)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        slots.append(_held(fd, i, device))
+    return slots

@@ -38,7 +38,9 @@ _PROBLEM = [
     ("device", pa.string()),
     ("warmup", pa.int32()),
     ("warmup_ms", pa.float64()),
+    ("warmup_max_ms", pa.float64()),
     ("reps", pa.int32()),
+    ("rep_ms", pa.float64()),
     ("gate_seqlen", pa.int64()),
 ]
 _OUTCOME = [
@@ -64,6 +66,9 @@ KERNEL_SCHEMA = pa.schema(
         ("tflops_p20", pa.float64()),
         ("tflops_p80", pa.float64()),
         ("peak_mem_bytes", pa.int64()),
+        ("warmup_calls", pa.int32()),
+        ("warmup_spent_ms", pa.float64()),
+        ("warmup_steady", pa.bool_()),
     ] + _GATE + [
         ("notes", pa.string()),
         ("device_name", pa.string()),
@@ -73,6 +78,7 @@ KERNEL_SCHEMA = pa.schema(
     ] + _SOFTWARE + [("libraries", pa.string())] + _PROVENANCE + [
         ("kernel_options", pa.string()),
         ("gpu_slot", pa.string()),
+        ("isolation", pa.string()),
     ])
 
 # One row per CP cell: one strategy at one CP size on one mask, seqlen, direction and dtype.  A CP

@@ -2,12 +2,22 @@
 
 On CUDA the timed region is bracketed by CUDA events and the L2 cache is flushed (a buffer larger
 than L2 is overwritten) before every iteration, so no iteration profits from the previous one's
-cache.  On CPU ``time.perf_counter`` brackets the same region.  Repetitions are a count from
-config; warm-up is a count *and* a minimum duration (``warmup_ms``): a GPU coming out of idle runs
-at boost clocks for a while before power management settles, so a few warm-up calls of a
-power-hungry kernel (cuDNN forward at 600+ TFLOPs/s) leave the first timed calls several per cent
-faster than the sustained rate (measured on an H200: 1.05-1.12x after 2 calls or 250 ms).
-Statistics: median with 20th and 80th percentiles.
+cache.  On CPU ``time.perf_counter`` brackets the same region.  Statistics: median with 20th and
+80th percentiles.
+
+Two ways to decide how long to warm up and how often to repeat:
+
+* by count (CP cells, CPU cells): ``warmup`` calls, then more until ``warmup_ms`` have passed, then
+  ``reps`` timed calls;
+* by time budget (kernel cells on a GPU; ``warmup_max_ms`` > 0), like ``triton.testing.do_bench``
+  but with a warm-up that ends when the device is in its sustained state: after ``warmup`` calls,
+  windows of calls are timed until two successive windows agree within ``STEADY_TOLERANCE`` and
+  ``warmup_ms`` have passed (or ``warmup_max_ms`` is reached: the row then says not steady); the
+  timed repetitions are then at least ``reps`` and enough to fill ``rep_ms``.  A power-capped GPU
+  out of idle runs at boost clocks for a while (an H200 timed cuDNN's forward 5-12 % fast after a
+  fixed short warm-up, docs/kernels.md); a GPU that has been measuring the previous cell is already
+  sustained and passes the check in a few windows, so a resident measuring process pays the long
+  warm-up once, not once per cell.
 """
 
 from __future__ import annotations
@@ -21,6 +31,13 @@ from typing import Callable
 import torch
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # larger than any current GPU's L2 (H100/H200: 50 MB)
+# Two successive warm-up windows within this relative difference = the sustained state.  Wider than
+# event-timing noise of one window (well under 1 %), narrower than the boost-to-sustained step (5-12 %).
+STEADY_TOLERANCE = 0.02
+# A warm-up window: at least this long, so that launch gaps and timer resolution do not dominate.
+WINDOW_MS = 10.0
+# Timed repetitions at most, whatever rep_ms asks for (a 10 us kernel and rep_ms = 100 -> 10,000).
+MAX_REPS = 10_000
 
 
 @dataclass(frozen=True)
@@ -32,6 +49,19 @@ class Timing:
     max_ms: float
     reps: int
     peak_mem_bytes: int | None
+    warmup_calls: int | None = None       # calls made before the timed ones
+    warmup_spent_ms: float | None = None  # how long the warm-up took
+    warmup_steady: bool | None = None     # budget warm-up: reached the sustained state (None: by count)
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """What a warm-up did, and the pace it ended at (ms a call; sizes the timed repetitions)."""
+
+    calls: int
+    spent_ms: float
+    steady: bool | None
+    per_call_ms: float | None
 
 
 def quantile(samples: list[float], q: float) -> float:
@@ -43,24 +73,44 @@ def quantile(samples: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def summarize(samples_ms: list[float], peak_mem_bytes: int | None = None) -> Timing:
+def summarize(samples_ms: list[float], peak_mem_bytes: int | None = None, warm: WarmUp | None = None) -> Timing:
     if not samples_ms:
         raise ValueError("no timing samples")
     return Timing(statistics.median(samples_ms), quantile(samples_ms, 0.2), quantile(samples_ms, 0.8),
-                  min(samples_ms), max(samples_ms), len(samples_ms), peak_mem_bytes)
+                  min(samples_ms), max(samples_ms), len(samples_ms), peak_mem_bytes,
+                  warm.calls if warm else None, warm.spent_ms if warm else None, warm.steady if warm else None)
 
 
 def measure(run: Callable[[], object], *, device: torch.device, warmup: int, reps: int,
-            setup: Callable[[], object] | None = None, flush_l2: bool = True, warmup_ms: float = 0.0) -> Timing:
-    """Time ``run`` ``reps`` times after the warm-up; ``setup`` runs untimed before each call."""
-    return summarize(*sample(run, device=device, warmup=warmup, reps=reps, setup=setup, flush_l2=flush_l2,
-                             warmup_ms=warmup_ms))
+            setup: Callable[[], object] | None = None, flush_l2: bool = True, warmup_ms: float = 0.0,
+            warmup_max_ms: float = 0.0, rep_ms: float = 0.0) -> Timing:
+    """Time ``run`` after the warm-up; ``setup`` runs untimed before each call.
+
+    ``warmup_max_ms`` > 0 warms up until steady (at most that long); ``rep_ms`` > 0 repeats until
+    that much time is filled (at least ``reps`` times).  Both 0: counts only, as CP cells do."""
+    check_counts(warmup, reps, warmup_ms, warmup_max_ms, rep_ms)
+    if warmup_max_ms > 0:
+        warm = warm_up_until_steady(run, device=device, calls=warmup, min_ms=warmup_ms, max_ms=warmup_max_ms,
+                                    setup=setup)
+    else:
+        warm = _counted_warm_up(run, device=device, calls=warmup, min_ms=warmup_ms, setup=setup,
+                                probe=rep_ms > 0)
+    if rep_ms > 0:
+        reps = min(max(reps, math.ceil(rep_ms / max(warm.per_call_ms, 1e-6))), MAX_REPS)
+    return summarize(*_sample(run, device, reps, setup, flush_l2), warm)
+
+
+def check_counts(warmup: int, reps: int, warmup_ms: float = 0.0, warmup_max_ms: float = 0.0,
+                 rep_ms: float = 0.0) -> None:
+    if reps < 1 or warmup < 0 or warmup_ms < 0 or warmup_max_ms < 0 or rep_ms < 0:
+        raise ValueError(f"need reps >= 1 and warmup, warmup_ms, warmup_max_ms, rep_ms >= 0, got reps={reps}, "
+                         f"warmup={warmup}, warmup_ms={warmup_ms}, warmup_max_ms={warmup_max_ms}, rep_ms={rep_ms}")
 
 
 def sample(run: Callable[[], object], *, device: torch.device, warmup: int, reps: int,
            setup: Callable[[], object] | None = None, flush_l2: bool = True, warmup_ms: float = 0.0,
            agree: Callable[[int], int] = lambda n: n) -> tuple[list[float], int | None]:
-    """The per-iteration times (ms) behind ``measure`` and the peak memory (CUDA; else None).
+    """The per-iteration times (ms) of a count-based measurement and the peak memory (CUDA; else None).
 
     Warm-up: ``warmup`` calls, then more until ``warmup_ms`` have passed.  ``agree`` turns this
     process's count of extra calls into the one every participant uses: CP ranks must make the same
@@ -68,10 +118,12 @@ def sample(run: Callable[[], object], *, device: torch.device, warmup: int, reps
 
     CP cells need the samples themselves: a step is as slow as its slowest rank, iteration by
     iteration."""
-    if reps < 1 or warmup < 0 or warmup_ms < 0:
-        raise ValueError(f"need reps >= 1, warmup >= 0 and warmup_ms >= 0, got reps={reps}, warmup={warmup}, "
-                         f"warmup_ms={warmup_ms}")
+    check_counts(warmup, reps, warmup_ms)
     warm_up(run, device=device, calls=warmup, min_ms=warmup_ms, setup=setup, agree=agree)
+    return _sample(run, device, reps, setup, flush_l2)
+
+
+def _sample(run, device: torch.device, reps: int, setup, flush_l2: bool) -> tuple[list[float], int | None]:
     if device.type == "cuda":
         return _sample_cuda(run, device, reps, setup, flush_l2)
     samples = []
@@ -115,6 +167,54 @@ def warm_up(run: Callable[[], object], *, device: torch.device, calls: int, min_
             setup()
         run()
     return calls + 1 + extra
+
+
+def _counted_warm_up(run, *, device: torch.device, calls: int, min_ms: float, setup, probe: bool) -> WarmUp:
+    """``warm_up`` with what it did; ``probe`` times one more call for the pace when none was taken."""
+    start = time.perf_counter()
+    made = warm_up(run, device=device, calls=calls, min_ms=min_ms, setup=setup)
+    pace = None
+    if probe:
+        pace = _timed_window(run, device, 1, setup)
+        made += 1
+    return WarmUp(made, (time.perf_counter() - start) * 1e3, None, pace)
+
+
+def warm_up_until_steady(run: Callable[[], object], *, device: torch.device, calls: int, min_ms: float,
+                         max_ms: float, setup: Callable[[], object] | None = None,
+                         tolerance: float = STEADY_TOLERANCE) -> WarmUp:
+    """``calls`` calls (one-time costs: plans, compilation), then timed windows of calls until two
+    successive windows' pace agrees within ``tolerance`` and ``min_ms`` have passed, or until
+    ``max_ms`` have passed (then ``steady`` is False)."""
+    start = time.perf_counter()
+    for _ in range(max(calls, 1)):
+        if setup:
+            setup()
+        run()
+    made = max(calls, 1)
+    previous = None
+    pace = _timed_window(run, device, 1, setup)
+    made += 1
+    while True:
+        elapsed_ms = (time.perf_counter() - start) * 1e3
+        steady = previous is not None and abs(pace - previous) <= tolerance * previous
+        if (steady and elapsed_ms >= min_ms) or elapsed_ms >= max_ms:
+            return WarmUp(made, elapsed_ms, steady, pace)
+        n = max(1, math.ceil(WINDOW_MS / max(pace, 1e-6)))
+        previous, pace = pace, _timed_window(run, device, n, setup)
+        made += n
+
+
+def _timed_window(run, device: torch.device, n: int, setup) -> float:
+    """Milliseconds a call over ``n`` back-to-back calls (the device drained before and after)."""
+    _synchronize(device)
+    start = time.perf_counter()
+    for _ in range(n):
+        if setup:
+            setup()
+        run()
+    _synchronize(device)
+    return max((time.perf_counter() - start) * 1e3 / n, 1e-6)
 
 
 def _synchronize(device: torch.device) -> None:

@@ -122,23 +122,31 @@ def _connect(path: Path) -> socket.socket | None:
 
 def _start(key: str) -> socket.socket:
     """Connect to the worker for ``key``, starting it if there is none (exactly one, under a lock)."""
+    return start_server(key, ["worker"])
+
+
+def start_server(name: str, command: list[str]) -> socket.socket:
+    """Connect to the server ``name`` (a socket in the runtime dir), starting ``longca <command>
+    --socket <path>`` if none answers: exactly one, under a lock, in a session of its own so that it
+    outlives this client and its Snakemake job.  The warm worker and the resident lanes
+    (``longca.resident``) are started this way."""
     rdir = runtime_dir()
-    sock_path, log_path = rdir / f"{key}.sock", rdir / f"{key}.log"
+    sock_path, log_path = rdir / f"{name}.sock", rdir / f"{name}.log"
     sock = _connect(sock_path)
     if sock:
         return sock
-    with open(rdir / f"{key}.lock", "w") as lock:
+    with open(rdir / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         sock = _connect(sock_path)  # another client may have started it while we waited
         if sock:
             return sock
-        sock_path.unlink(missing_ok=True)  # a dead worker's socket
+        sock_path.unlink(missing_ok=True)  # a dead server's socket
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE.parent)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "longca", "worker", "--socket", str(sock_path)],
+            proc = subprocess.Popen([sys.executable, "-m", "longca", *command, "--socket", str(sock_path)],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd="/",
-                                    start_new_session=True)  # outlives this client and its Snakemake job
+                                    start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             sock = _connect(sock_path)
@@ -148,7 +156,8 @@ def _start(key: str) -> socket.socket:
                 break
             time.sleep(0.05)
         tail = log_path.read_text(errors="replace")[-2000:]
-        raise WorkerError(f"the LongCA worker did not start (exit status {proc.poll()}); log {log_path}:\n{tail}")
+        raise WorkerError(f"the LongCA {command[0]} did not start (exit status {proc.poll()}); "
+                          f"log {log_path}:\n{tail}")
 
 
 def request(settings: dict[str, Any], *, cell_id: str, threads: int, timeout_s: float | None,

@@ -48,16 +48,25 @@ def cached_kernel_fingerprint(kernel: str) -> str:
     return kernel_fingerprint(kernel)
 
 
+# Resident lanes (longca.resident) measure each device's cells one at a time in a long-lived process;
+# the cell's job is then a thin client that waits on the device's slot, so locally it takes one core
+# and no `gpu` resource: Snakemake keeps several clients in flight and the next cell is already
+# queued when one finishes (CP cells take the GPU slots themselves, so they still never share a GPU
+# with a kernel cell).  On a cluster each job is its own allocation and asks SLURM for its GPU.
+RESIDENT_CLIENTS = CFG["isolation"] == "resident" and workflow.local_exec
 # GPU cells ask for one GPU (the SLURM executor turns this into a GPU request); CPU cells ask for no
 # extra resource, which keeps Snakemake's per-job resource evaluation short.
-CELL_RESOURCES = {**({"gpu": 1} if GPUS else {}), **SLURM_RESOURCES}
+GPU_JOB_RESOURCES = {**({"gpu": 1} if GPUS else {}), **SLURM_RESOURCES}
+CELL_RESOURCES = SLURM_RESOURCES if RESIDENT_CLIENTS else GPU_JOB_RESOURCES
 
 # A constant, not a function of the wildcards: Snakemake inspects and calls every function-valued
 # directive once per job, which is most of a 10,000-cell dry run's time.
 if GPUS:
     # GPU cells: up to one per GPU at once, the cores shared between them.
-    CELL_THREADS = CFG["threads"] or max(1, workflow.cores // GPUS)
+    MEASURE_THREADS = CFG["threads"] or max(1, workflow.cores // GPUS)
 else:
     # CPU cells take every core they are given one at a time, so concurrent cells never share cores
     # and skew each other's timings.
-    CELL_THREADS = CFG["threads"] or workflow.cores
+    MEASURE_THREADS = CFG["threads"] or workflow.cores
+# Threads a cell's job takes (the measurement's own threads are MEASURE_THREADS).
+CELL_THREADS = 1 if RESIDENT_CLIENTS else MEASURE_THREADS

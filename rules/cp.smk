@@ -29,7 +29,7 @@ rule cp_cell:
         fingerprint=lambda wc: cached_cp_fingerprint(wc.strategy),
         python=PYTHON,
         timeout=CFG["limits"]["cell_timeout_s"],
-    threads: CELL_THREADS
+    threads: MEASURE_THREADS
     resources:
         **SLURM_RESOURCES,
         # Locally a CP cell holds cp_size GPUs (`--resources gpu=N` keeps cells from sharing GPUs).

@@ -1,7 +1,8 @@
 # One kernel cell = one measurement = one JSON row.  Its params are its resolved settings plus the
 # fingerprint of the code that computes it, so Snakemake's params rerun-trigger reruns exactly the
-# cells whose settings or code changed.  run-cell measures in a forked child (of the warm worker by
-# default, see longca/worker.py): a crash, hang or memory exhaustion still writes the row, atomically.
+# cells whose settings or code changed.  run-cell measures in the device's resident process (GPU
+# default, longca/resident.py) or a forked child of the warm worker (CPU default, longca/worker.py):
+# a crash, hang or memory exhaustion still writes the row, atomically.
 
 
 rule kernel_cell:
@@ -21,5 +22,5 @@ rule kernel_cell:
         **CELL_RESOURCES,
     shell:
         # The row's cell_id (kernel/mask/dtype_direction_seqlen) is derived from the settings.
-        "{params.python} -m longca run-cell --settings {params.settings:q} --threads {threads} {LIMIT_FLAGS} "
+        "{params.python} -m longca run-cell --settings {params.settings:q} --threads {MEASURE_THREADS} {LIMIT_FLAGS} "
         "--out {output} 2> {log}"

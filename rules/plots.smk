@@ -38,9 +38,9 @@ rule ceilings:
         device=CFG["device"],
         dtypes=CFG["dtypes"],
         fingerprint=files_fingerprint([Path(workflow.basedir, "longca", f) for f in ("ceilings.py", "timing.py")]),
-    threads: CELL_THREADS
+    threads: MEASURE_THREADS
     resources:
-        **CELL_RESOURCES,
+        **GPU_JOB_RESOURCES,
     script:
         "../workflow/scripts/ceilings.py"
 

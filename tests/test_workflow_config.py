@@ -7,7 +7,7 @@ import subprocess
 import pytest
 from snakemake_run import command, snakemake, write_config
 
-from longca.config import ConfigError, cell_limits, cell_settings, validate
+from longca.config import ConfigError, cell_limits, cell_settings, cp_cell_settings, validate
 
 # cp_strategies empty: the default grid's CP cells (on `causal`) would otherwise merge into these configs.
 BASE = {"kernels": ["sdpa", "test_sleep"], "masks": ["full"], "seqlens": [64], "cp_strategies": []}
@@ -64,35 +64,57 @@ def test_snakemake_stops_on_a_bad_option_before_any_job(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-@pytest.mark.slow
-def test_gpu_cells_get_a_gpu_each_and_share_the_cores(tmp_path):
-    """N visible GPUs: each GPU cell asks for one GPU and cores/N threads, so N run at once."""
-    write_config(tmp_path, {**BASE, "kernels": ["sdpa"], "device": "cuda", "seqlens": [64, 128], "directions": ["fwd"]})
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="3,5")
-    proc = subprocess.run(command(tmp_path, "all", "-n", cores=4), env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = proc.stdout + proc.stderr
-    jobs = {}  # rule name -> its planned jobs' text
+def planned_jobs(out: str) -> dict[str, list[str]]:
+    """Rule name -> its planned jobs' text, from a dry run's output."""
+    jobs = {}
     for block in re.split(r"\n(?=[ \t]*(?:local)?rule \w+:)", out):  # grouped jobs are indented
         m = re.match(r"[ \t]*(?:local)?rule (\w+):", block)
         if m:
             jobs.setdefault(m.group(1), []).append(block)
+    return jobs
+
+
+@pytest.mark.slow
+def test_gpu_cells_get_a_gpu_each_and_share_the_cores(tmp_path):
+    """N visible GPUs, isolation worker: each GPU cell asks for one GPU and cores/N threads, so N run
+    at once.  Resident (the GPU default): a cell's job is a thin client (one core, no `gpu`), so
+    Snakemake keeps clients queued on the devices' slots."""
+    write_config(tmp_path, {**BASE, "kernels": ["sdpa"], "device": "cuda", "seqlens": [64, 128], "directions": ["fwd"],
+                            "isolation": "worker"})
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="3,5")
+    proc = subprocess.run(command(tmp_path, "all", "-n", cores=4), env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    jobs = planned_jobs(out)
     assert len(jobs["kernel_cell"]) == 2
     assert all("gpu=1" in b and "threads: 2" in b for b in jobs["kernel_cell"])
     # The machine-ceiling measurement takes a GPU like a cell does.
     assert len(jobs["ceilings"]) == 1 and "gpu=1" in jobs["ceilings"][0] and "threads: 2" in jobs["ceilings"][0]
     assert out.count("gpu=1") == 3
+    write_config(tmp_path, {**BASE, "kernels": ["sdpa"], "device": "cuda", "seqlens": [64, 128], "directions": ["fwd"]})
+    proc = subprocess.run(command(tmp_path, "all", "-n", "-p", cores=4), env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = planned_jobs(proc.stdout + proc.stderr)
+    # (Snakemake prints no `threads:` line for one thread.)
+    assert all("gpu=1" not in b and "threads:" not in b and "--isolation resident" in b and "--threads 2" in b
+               for b in jobs["kernel_cell"]), jobs["kernel_cell"][0]
+    assert "gpu=1" in jobs["ceilings"][0] and "threads: 2" in jobs["ceilings"][0]
     env["CUDA_VISIBLE_DEVICES"] = ""
     proc = subprocess.run(command(tmp_path, "all", "-n", cores=4), env=env, capture_output=True, text=True)
     assert proc.returncode != 0 and "config.device: cuda, but no GPU is visible" in proc.stdout + proc.stderr
 
 
-def test_warmup_ms_defaults_by_device_and_enters_cache_keys_only_when_set():
+def test_timing_budget_defaults_by_device_and_enters_cache_keys_only_when_set():
     cpu = validate(BASE)
-    assert cpu["timing"]["warmup_ms"] == 0
-    assert "warmup_ms" not in cell_settings(cpu, "sdpa", "full", 64, "fwd", "float32")
+    assert (cpu["timing"]["warmup_ms"], cpu["timing"]["warmup_max_ms"], cpu["timing"]["rep_ms"]) == (0, 0, 0)
+    assert cpu["isolation"] == "worker"
+    settings = cell_settings(cpu, "sdpa", "full", 64, "fwd", "float32")
+    assert not {"warmup_ms", "warmup_max_ms", "rep_ms"} & set(settings)
     gpu = validate({**BASE, "device": "cuda"})
-    assert gpu["timing"]["warmup_ms"] == 1000
-    assert cell_settings(gpu, "sdpa", "full", 64, "fwd", "float32")["warmup_ms"] == 1000
+    assert gpu["isolation"] == "resident"
+    settings = cell_settings(gpu, "sdpa", "full", 64, "fwd", "float32")
+    assert (settings["warmup_ms"], settings["warmup_max_ms"], settings["rep_ms"]) == (25, 1000, 100)
+    # CP cells warm up by count and duration: as long as a kernel cell's warm-up may last.
+    assert cp_cell_settings(gpu, "ring", "full", 64, 2, "fwd", "float32")["warmup_ms"] == 1000
     explicit = validate({**BASE, "device": "cuda", "timing": {"warmup_ms": 0}})
     assert "warmup_ms" not in cell_settings(explicit, "sdpa", "full", 64, "fwd", "float32")

@@ -21,10 +21,12 @@ EXPECTED = {"sdpa": ("ok", None), "test_segfault": ("error", "SIGSEGV"), "test_a
             "test_hang": ("timeout", "cell_timeout_s"), "test_hog": ("oom", "can't allocate memory")}
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("failures")
-    write_config(workdir, CONFIG)
+# Both ways of measuring: a forked child per cell (the CPU default), and the device's resident
+# measuring process (the GPU default), which must come back after each crash and hang.
+@pytest.fixture(scope="module", params=["worker", "resident"])
+def run(request, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp(f"failures-{request.param}")
+    write_config(workdir, {**CONFIG, "isolation": request.param})
     proc = snakemake(workdir, "all")
     return workdir, proc
 
@@ -37,6 +39,7 @@ def test_the_run_finishes_despite_the_failures(run):
 def test_each_failure_is_a_row_with_its_status(run):
     workdir, _ = run
     df = load(workdir / "results" / "kernels.parquet").set_index("kernel")
+    assert set(df["isolation"]) == {(workdir.name.split("-")[1]).rstrip("0123456789")}
     for kernel, (status, reason) in EXPECTED.items():
         assert df.loc[kernel, "status"] == status, df.loc[kernel, "reason"]
         if reason:

@@ -89,6 +89,17 @@ def torchrun_command(settings: dict, out: str, *, cell_id: str, fingerprint: str
     return cmd
 
 
+def _local_gpu_slots(settings: dict) -> list:
+    """On one machine, the slots of the GPUs the ranks use (the first ``cp_size`` visible ones, as
+    torchrun's local ranks pick them): kernel cells measured by resident lanes hold no Snakemake
+    `gpu` resource, so the slots are what keeps them off a CP cell's GPUs."""
+    if settings.get("device") != "cuda" or nodes_of(settings) > 1:
+        return []
+    from .. import gpu_slots
+
+    return gpu_slots.acquire_all(gpu_slots.visible_devices()[: int(settings["cp_size"])])
+
+
 def failure_row(settings: dict, status: str, reason: str, *, cell_id: str, fingerprint: str | None,
                 wall_s: float) -> dict:
     row = {"kind": "cp", **settings, "status": status, "reason": reason, "cell_id": cell_id,
@@ -107,16 +118,21 @@ def run(settings: dict, out: str, *, cell_id: str, fingerprint: str | None = Non
         os.remove(out)  # a stale row must not pass for this run's
     cmd = torchrun_command(settings, out, cell_id=cell_id, fingerprint=fingerprint, timeout_s=timeout_s,
                            threads=threads)
-    # Its own session, so a timeout kills torchrun and every rank it started.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    timed_out = False
+    slots = _local_gpu_slots(settings)
     try:
-        log, _ = proc.communicate(timeout=timeout_s or None)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
+        # Its own session, so a timeout kills torchrun and every rank it started.
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        timed_out = False
+        try:
+            log, _ = proc.communicate(timeout=timeout_s or None)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            log, _ = proc.communicate()
+    finally:
+        for slot in slots:
+            slot.release()
     sys.stderr.write(log or "")
     if os.path.exists(out) and not timed_out:
         with open(out) as f:

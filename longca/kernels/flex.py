@@ -22,6 +22,24 @@ from .base import Kernel
 BLOCK_SIZE = 128  # FlexAttention's default tile; the BlockMask's granularity
 
 
+# torch.compile specialises flex_attention per shape and per mask structure (the mask_mod's closure),
+# and past dynamo's recompile limit (8 by default) it silently runs the function *eagerly*, which
+# materialises the (heads x L x L) fp32 scores: in one long-lived process on an H200 every flex cell
+# at 16K and 32K failed with "CUDA out of memory. Tried to allocate 64.00 GiB" (256 GiB at 32K) after
+# 1K-8K had used up the limit.  A resident measuring process meets every shape of the grid, so the
+# limit is raised far above any grid, and reaching it is an error (an `error` row), never a fallback.
+RECOMPILE_LIMIT = 4096
+
+
+@functools.lru_cache(maxsize=None)
+def no_silent_fallback() -> None:
+    import torch._dynamo.config as dynamo_config
+
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
+    dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 16 * RECOMPILE_LIMIT)
+    dynamo_config.fail_on_recompile_limit_hit = True
+
+
 @functools.lru_cache(maxsize=None)
 def _compiled():
     import torch._functorch.config as functorch_config
@@ -46,6 +64,7 @@ class FlexAttention(Kernel):
         return None
 
     def prepare(self, problem: Problem) -> dict[str, Any]:
+        no_silent_fallback()
         device = problem.device
         # create_block_mask evaluates mask_mod on every pair: compiled on GPU, eager at CPU sizes.
         block_mask = mask_convert.block_mask(problem.mask, BLOCK_SIZE, device, compile=device.type == "cuda")

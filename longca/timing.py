@@ -13,11 +13,14 @@ Two ways to decide how long to warm up and how often to repeat:
   but with a warm-up that ends when the device is in its sustained state: after ``warmup`` calls,
   windows of calls are timed until two successive windows agree within ``STEADY_TOLERANCE`` and
   ``warmup_ms`` have passed (or ``warmup_max_ms`` is reached: the row then says not steady); the
-  timed repetitions are then at least ``reps`` and enough to fill ``rep_ms``.  A power-capped GPU
-  out of idle runs at boost clocks for a while (an H200 timed cuDNN's forward 5-12 % fast after a
-  fixed short warm-up, docs/kernels.md); a GPU that has been measuring the previous cell is already
-  sustained and passes the check in a few windows, so a resident measuring process pays the long
-  warm-up once, not once per cell.
+  timed repetitions are then at least ``reps`` and enough to fill ``rep_ms``.  Two windows that
+  agree catch what settles within a cell (allocator growth, caches, autotuning, a clock ramp), but
+  not a long plateau: a power-capped GPU out of idle runs at boost clocks for a while, steadily
+  (an H200 timed cuDNN's forward 5-12 % fast after a fixed short warm-up, docs/kernels.md).  So
+  the first cell after the device was idle (nothing timed in this process for ``IDLE_GAP_S``)
+  warms up for the whole ``warmup_max_ms`` and then until steady (at most as long again); a cell that follows another in a resident measuring
+  process finds the device already loaded and needs only the steadiness check: the long warm-up is
+  paid once per run, not once per cell.
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ STEADY_TOLERANCE = 0.02
 WINDOW_MS = 10.0
 # Timed repetitions at most, whatever rep_ms asks for (a 10 us kernel and rep_ms = 100 -> 10,000).
 MAX_REPS = 10_000
+# Nothing timed for this long: the device may have dropped out of its sustained state (clocks fall
+# within a fraction of a second of idling), so the next warm-up is the long one.
+IDLE_GAP_S = 0.5
+_last_busy: dict[str, float] = {}  # device -> when this process last finished timing on it
 
 
 @dataclass(frozen=True)
@@ -90,14 +97,18 @@ def measure(run: Callable[[], object], *, device: torch.device, warmup: int, rep
     that much time is filled (at least ``reps`` times).  Both 0: counts only, as CP cells do."""
     check_counts(warmup, reps, warmup_ms, warmup_max_ms, rep_ms)
     if warmup_max_ms > 0:
-        warm = warm_up_until_steady(run, device=device, calls=warmup, min_ms=warmup_ms, max_ms=warmup_max_ms,
-                                    setup=setup)
+        # Out of idle: the whole warmup_max_ms, then on until steady (at most as long again).
+        idle = time.monotonic() - _last_busy.get(str(device), -math.inf) > IDLE_GAP_S
+        warm = warm_up_until_steady(run, device=device, calls=warmup, min_ms=warmup_max_ms if idle else warmup_ms,
+                                    max_ms=2 * warmup_max_ms if idle else warmup_max_ms, setup=setup)
     else:
         warm = _counted_warm_up(run, device=device, calls=warmup, min_ms=warmup_ms, setup=setup,
                                 probe=rep_ms > 0)
     if rep_ms > 0:
         reps = min(max(reps, math.ceil(rep_ms / max(warm.per_call_ms, 1e-6))), MAX_REPS)
-    return summarize(*_sample(run, device, reps, setup, flush_l2), warm)
+    samples = _sample(run, device, reps, setup, flush_l2)
+    _last_busy[str(device)] = time.monotonic()
+    return summarize(*samples, warm)
 
 
 def check_counts(warmup: int, reps: int, warmup_ms: float = 0.0, warmup_max_ms: float = 0.0,
@@ -198,7 +209,7 @@ def warm_up_until_steady(run: Callable[[], object], *, device: torch.device, cal
     while True:
         elapsed_ms = (time.perf_counter() - start) * 1e3
         steady = previous is not None and abs(pace - previous) <= tolerance * previous
-        if (steady and elapsed_ms >= min_ms) or elapsed_ms >= max_ms:
+        if (steady and elapsed_ms >= min_ms) or (elapsed_ms >= max_ms and previous is not None):
             return WarmUp(made, elapsed_ms, steady, pace)
         n = max(1, math.ceil(WINDOW_MS / max(pace, 1e-6)))
         previous, pace = pace, _timed_window(run, device, n, setup)

@@ -85,3 +85,59 @@ def test_a_slow_first_call_does_not_shorten_the_warmup():
     after_first = calls[-1] + 0.005 - calls[1]
     assert after_first >= 0.09, after_first  # ~100 ms of 5 ms calls after the 300 ms first one
     assert made >= 2 + 15
+
+
+def test_budget_warmup_goes_on_until_the_pace_is_steady():
+    """A pace that is still settling (a ramp): the warm-up ends only once two successive windows
+    agree."""
+    calls = []
+
+    def run():
+        calls.append(None)
+        time.sleep(0.02 + 0.1 * 0.7 ** len(calls))  # 90 ms, 69 ms, ... -> 20 ms
+
+    warm = timing.warm_up_until_steady(run, device=torch.device("cpu"), calls=1, min_ms=0, max_ms=5000,
+                                       tolerance=0.05)
+    assert warm.steady is True and warm.calls == len(calls)
+    assert warm.calls >= 8  # 0.1 * 0.7**n < 0.05 * 0.02 / 0.3 first at n ~ 8
+    assert 0.019 <= warm.per_call_ms / 1e3 <= 0.026
+
+
+def test_the_first_cell_after_idle_warms_up_long_and_the_next_one_short():
+    """After idling, a GPU runs at boost clocks for a while, steadily: two agreeing windows cannot
+    tell that plateau from the sustained state, so the first cell warms up for warmup_max_ms; a
+    cell right after it finds the device loaded."""
+    cpu = torch.device("cpu")
+    timing._last_busy.clear()
+    first = timing.measure(lambda: time.sleep(0.002), device=cpu, warmup=1, reps=2, warmup_ms=5, warmup_max_ms=200)
+    second = timing.measure(lambda: time.sleep(0.002), device=cpu, warmup=1, reps=2, warmup_ms=5, warmup_max_ms=200)
+    assert first.warmup_spent_ms >= 200 and first.warmup_steady is True
+    assert second.warmup_spent_ms < 100 and second.warmup_steady is True
+    time.sleep(timing.IDLE_GAP_S + 0.1)
+    third = timing.measure(lambda: time.sleep(0.002), device=cpu, warmup=1, reps=2, warmup_ms=5, warmup_max_ms=200)
+    assert third.warmup_spent_ms >= 200
+
+
+def test_budget_warmup_stops_at_its_ceiling_and_says_so():
+    state = {"n": 0}
+
+    def run():
+        state["n"] += 1
+        time.sleep(0.001 * 1.3 ** state["n"])  # a pace that never settles
+
+    t = timing.measure(run, device=torch.device("cpu"), warmup=1, reps=2, warmup_max_ms=150)
+    assert t.warmup_steady is False
+    assert 150 <= t.warmup_spent_ms < 400
+
+
+def test_rep_ms_fills_a_time_budget_with_at_least_reps_calls():
+    t = timing.measure(lambda: time.sleep(0.005), device=torch.device("cpu"), warmup=1, reps=3, rep_ms=60)
+    assert 8 <= t.reps <= 13  # ~60 ms of ~5 ms calls
+    t = timing.measure(lambda: time.sleep(0.005), device=torch.device("cpu"), warmup=1, reps=20, rep_ms=10)
+    assert t.reps == 20
+    assert t.warmup_steady is None  # counted warm-up (no warmup_max_ms): no steadiness check
+
+
+def test_counts_only_without_budgets():
+    t = timing.measure(lambda: None, device=torch.device("cpu"), warmup=3, reps=4)
+    assert (t.reps, t.warmup_calls, t.warmup_steady) == (4, 3, None)

@@ -14,7 +14,7 @@ import math
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -113,14 +113,15 @@ def correctness_gate(kernel: Kernel, problem: Problem) -> tuple[bool, float, flo
     return worst <= tol, worst, tol, f"relative L2 error vs float64 reference: {detail} (tolerance {tol:.0e})"
 
 
-def time_kernel(kernel: Kernel, problem: Problem, warmup: int, reps: int, warmup_ms: float = 0.0,
-                warmup_max_ms: float = 0.0, rep_ms: float = 0.0):
-    """Time forward or backward of the full problem; mask metadata is prepared untimed."""
-    backward = problem.direction == "bwd"
+def timed_call(kernel: Kernel, problem: Problem) -> tuple[Callable[[], object], dict[str, Any]]:
+    """The call a cell times on the full problem, and the kernel's prepared mask metadata (built
+    here, untimed): the forward, or the backward through autograd of a forward made here (the
+    forward is not part of a backward timing).  benchmarks/bench_pipeline.py times this same call
+    with triton.testing.do_bench."""
     q, k, v, grad_out = problem.make_inputs(requires_grad=True)
     prepared = kernel.prepare(problem)
-    if backward:
-        out = kernel.forward(q, k, v, prepared)  # the forward is not part of a backward timing
+    if problem.direction == "bwd":
+        out = kernel.forward(q, k, v, prepared)
 
         def run():
             return torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)
@@ -128,7 +129,13 @@ def time_kernel(kernel: Kernel, problem: Problem, warmup: int, reps: int, warmup
         # Inputs require grad, as in training: kernels that save softmax statistics do so here too.
         def run():
             return kernel.forward(q, k, v, prepared)
+    return run, prepared
 
+
+def time_kernel(kernel: Kernel, problem: Problem, warmup: int, reps: int, warmup_ms: float = 0.0,
+                warmup_max_ms: float = 0.0, rep_ms: float = 0.0):
+    """Time forward or backward of the full problem; mask metadata is prepared untimed."""
+    run, prepared = timed_call(kernel, problem)
     warmup = max(warmup, kernel.min_warmup)
     return timing.measure(run, device=problem.device, warmup=warmup, reps=reps, warmup_ms=warmup_ms,
                           warmup_max_ms=warmup_max_ms, rep_ms=rep_ms), prepared

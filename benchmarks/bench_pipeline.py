@@ -1,0 +1,355 @@
+"""The workflow against a bare in-process loop, on one GPU: wall times and per-cell fidelity.
+
+    python benchmarks/bench_pipeline.py OUTDIR --budget-s 540 [--work DIR] [--kernels ...]
+        [--seqlens ...] [--configfile config/gpu.yaml] [--cores 8]
+
+The grid (default: config/gpu.yaml's 14 masks, 1K-32K, forward and backward, and the kernels of
+DEFAULT_KERNELS that are available here) is cut into chunks, one per sequence length.  Each chunk
+is measured twice, one right after the other:
+
+* by the workflow: ``snakemake <the chunk's cell files> --configfile config/gpu.yaml <overrides>
+  --cores 8 --resources gpu=1``, as a user would run it (resident lanes, cache, one row per cell);
+* by a bare loop in this process: the project's own adapters and correctness gate, and the same
+  call (``longca.cell.timed_call``) timed with ``triton.testing.do_bench(warmup=25, rep=100,
+  return_mode="median")``.
+
+Which of the two goes first alternates from chunk to chunk, so a drift of the GPU's state over the
+run does not favour either.  Each Snakemake invocation pays its own start-up (parsing, the DAG),
+which one whole-grid run would pay once: the workflow's wall time here is, if anything, high.
+
+State lives in ``--work``: running the same command again continues with the chunks not yet done
+(a chunk cut off by the budget is measured again from scratch, both ways).  Written to OUTDIR
+(re-written after every chunk): ``pipeline_cells.jsonl`` (per cell: both statuses and TFLOPs/s),
+``pipeline_chunks.jsonl`` (per chunk: both wall times), ``gpu_util.csv`` (nvidia-smi samples:
+utilisation, SM clock, power), ``summary.md`` (the tables docs/workflow.md quotes) and
+``environment.txt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import gc
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from longca import config as longca_config  # noqa: E402
+
+# The issue's one-GPU grid: the kernels that ran on an H200 with torch 2.11 and FA4 installed.
+DEFAULT_KERNELS = ["sdpa_cudnn", "sdpa_flash", "flex", "varlen_attn", "triton_block_sparse", "flash_attn4"]
+BARE_WARMUP_MS, BARE_REP_MS = 25, 100  # triton.testing.do_bench's defaults
+FIDELITY = 0.03
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("outdir", type=Path, help="where the tables and logs go")
+    p.add_argument("--budget-s", type=float, required=True, help="start no chunk that would end past this")
+    p.add_argument("--work", type=Path, default=Path("/tmp/longca_pipeline"),
+                   help="the workflow's working directory and this benchmark's state (kept between runs)")
+    p.add_argument("--configfile", type=Path, default=REPO / "config" / "gpu.yaml")
+    p.add_argument("--kernels", nargs="*", default=None, help=f"default: those of {DEFAULT_KERNELS} available here")
+    p.add_argument("--seqlens", nargs="*", type=int, default=None, help="default: the config's")
+    p.add_argument("--masks", nargs="*", default=None, help="default: the config's")
+    p.add_argument("--cores", type=int, default=8)
+    return p.parse_args(argv)
+
+
+# ---------------------------------------------------------------- the grid
+
+def grid_config(args) -> dict:
+    from longca import kernels
+
+    merged = longca_config.merge_files([args.configfile])
+    names = args.kernels or [k for k in DEFAULT_KERNELS if not kernels.get(k).available()]
+    overrides = {"kernels": names, "cp_strategies": []}
+    if args.seqlens:
+        overrides["seqlens"] = args.seqlens
+    if args.masks:
+        overrides["masks"] = [m for m in merged["masks"] if (m if isinstance(m, str) else m["name"]) in args.masks]
+    return overrides
+
+
+def chunk_cells(cfg: dict, seqlen: int) -> list:
+    return [c for c in longca_config.kernel_cells(cfg) if c.seqlen == seqlen]
+
+
+# ---------------------------------------------------------------- the two ways of measuring
+
+def run_workflow(args, overrides_path: Path, cells, timeout_s: float) -> tuple[float, int]:
+    # Targets first: --configfile and --resources take every word after them.
+    cmd = [sys.executable, "-m", "snakemake", *[c.path for c in cells], "-s", str(REPO / "Snakefile"),
+           "--directory", str(args.work), "--cores", str(args.cores),
+           "--configfile", str(args.configfile), str(overrides_path), "--resources", "gpu=1"]
+    env = dict(os.environ, LONGCA_WORKER_IDLE_S="900")  # lanes live through the bare chunks: one run
+    started = time.perf_counter()
+    with open(args.work / "snakemake.log", "a") as log:
+        log.write(f"\n=== {' '.join(cmd[:6])} ... ({len(cells)} targets)\n")
+        log.flush()
+        try:
+            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s).returncode
+        except subprocess.TimeoutExpired:
+            code = -1
+    return time.perf_counter() - started, code
+
+
+def bare_cell(spec) -> dict:
+    """One cell the way a hand-written loop measures it: adapter, gate, do_bench on the same call."""
+    import torch
+
+    from longca import kernels
+    from longca.cell import correctness_gate, is_oom, timed_call
+    from longca.flops import attention_flops
+
+    try:
+        kernel = kernels.get(spec.kernel).with_options(spec.kernel_options)
+        problem = spec.problem()
+        reason = kernel.supports(problem)
+        if reason:
+            return {"status": "unsupported", "reason": reason}
+        ok, _, _, detail = correctness_gate(kernel, problem.reduced(spec.gate_seqlen))
+        if not ok:
+            return {"status": "wrong", "reason": detail}
+        run, _ = timed_call(kernel, problem)
+        if problem.device.type == "cuda":
+            import triton.testing
+
+            ms = triton.testing.do_bench(run, warmup=BARE_WARMUP_MS, rep=BARE_REP_MS, return_mode="median")
+        else:  # a CPU smoke test of this script: no do_bench there
+            from longca import timing
+
+            ms = timing.measure(run, device=problem.device, warmup=spec.warmup, reps=spec.reps).median_ms
+        flops = attention_flops(problem.mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch)
+        return {"status": "ok", "median_ms": ms, "tflops": flops / (ms * 1e-3) / 1e12}
+    except Exception as exc:  # noqa: BLE001
+        unsupported = getattr(kernels.base, "Unsupported", ())
+        status = ("unsupported" if unsupported and isinstance(exc, unsupported)
+                  else "oom" if is_oom(exc) else "error")
+        return {"status": status, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+    finally:
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def run_bare(cfg: dict, cells) -> tuple[float, dict]:
+    from longca.cell import CellSpec
+
+    started = time.perf_counter()
+    rows = {}
+    for c in cells:
+        spec = CellSpec.from_dict(longca_config.cell_settings(cfg, c.kernel, c.mask, c.seqlen, c.direction, c.dtype))
+        rows[c.path] = bare_cell(spec)
+    return time.perf_counter() - started, rows
+
+
+# ---------------------------------------------------------------- bookkeeping
+
+class GpuSampler:
+    """nvidia-smi twice a second, for the whole run: utilisation, SM clock, power."""
+
+    def __init__(self, path: Path):
+        gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
+        self.proc = None
+        if shutil.which("nvidia-smi"):
+            self.file = open(path, "a")
+            self.proc = subprocess.Popen(
+                ["nvidia-smi", "-i", gpu, "--query-gpu=timestamp,utilization.gpu,clocks.sm,power.draw",
+                 "--format=csv,noheader,nounits", "-lms", "500"], stdout=self.file, stderr=subprocess.DEVNULL)
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait()
+            self.file.close()
+
+
+def utilisation(samples_path: Path, phases: list[dict], phase: str) -> float | None:
+    """Fraction of the samples taken during ``phase`` with utilisation >= 50 %."""
+    if not samples_path.exists():
+        return None
+    spans = [(p["start"], p["end"]) for p in phases if p["phase"] == phase]
+    hits = total = 0
+    with open(samples_path) as f:
+        for row in csv.reader(f):
+            try:
+                t = datetime.datetime.strptime(row[0].strip(), "%Y/%m/%d %H:%M:%S.%f").timestamp()
+                util = float(row[1])
+            except (ValueError, IndexError):
+                continue
+            if any(a <= t <= b for a, b in spans):
+                total += 1
+                hits += util >= 50
+    return hits / total if total else None
+
+
+def load_state(work: Path) -> dict:
+    path = work / "bench_state.json"
+    return json.loads(path.read_text()) if path.exists() else {"chunks": [], "cells": {}, "phases": []}
+
+
+def save_state(work: Path, state: dict) -> None:
+    tmp = work / "bench_state.json.tmp"
+    tmp.write_text(json.dumps(state, indent=1))
+    os.replace(tmp, work / "bench_state.json")
+
+
+def workflow_row(work: Path, path: str) -> dict:
+    try:
+        return json.loads((work / path).read_text())
+    except (OSError, ValueError):
+        return {"status": "missing"}
+
+
+def write_outputs(args, cfg: dict, state: dict) -> str:
+    args.outdir.mkdir(parents=True, exist_ok=True)
+    with open(args.outdir / "pipeline_chunks.jsonl", "w") as f:
+        for chunk in state["chunks"]:
+            f.write(json.dumps(chunk) + "\n")
+    cells = []
+    for path, bare in state["cells"].items():
+        wf = workflow_row(args.work, path)
+        entry = {"cell": path.removeprefix("results/cells/kernels/").removesuffix(".json"),
+                 "workflow_status": wf.get("status"), "workflow_tflops": wf.get("tflops"),
+                 "workflow_reps": wf.get("reps"), "workflow_warmup_calls": wf.get("warmup_calls"),
+                 "workflow_warmup_steady": wf.get("warmup_steady"), "workflow_wall_s": wf.get("wall_s"),
+                 "bare_status": bare["status"], "bare_tflops": bare.get("tflops"),
+                 "workflow_reason": wf.get("reason"), "bare_reason": bare.get("reason")}
+        if entry["workflow_tflops"] and entry["bare_tflops"]:
+            entry["ratio"] = entry["workflow_tflops"] / entry["bare_tflops"]
+        cells.append(entry)
+    with open(args.outdir / "pipeline_cells.jsonl", "w") as f:
+        for entry in cells:
+            f.write(json.dumps(entry) + "\n")
+    summary = summarize(args, cfg, state, cells)
+    (args.outdir / "summary.md").write_text(summary)
+    return summary
+
+
+def summarize(args, cfg: dict, state: dict, cells: list[dict]) -> str:
+    wf = sum(c["workflow_s"] for c in state["chunks"])
+    bare = sum(c["bare_s"] for c in state["chunks"])
+    lines = [f"kernels: {', '.join(cfg['kernels'])}; seqlens done: "
+             f"{', '.join(str(c['seqlen']) for c in state['chunks'])}; cells: {len(cells)}", "",
+             "| seqlen | cells | workflow (s) | bare loop (s) | ratio | first |", "| --- | --- | --- | --- | --- | --- |"]
+    for c in state["chunks"]:
+        lines.append(f"| {c['seqlen']} | {c['cells']} | {c['workflow_s']:.1f} | {c['bare_s']:.1f} | "
+                     f"{c['workflow_s'] / c['bare_s']:.2f} | {c['first']} |")
+    if bare:
+        lines.append(f"| all | {len(cells)} | {wf:.1f} | {bare:.1f} | {wf / bare:.2f} | |")
+    statuses = {}
+    for c in cells:
+        key = (c["workflow_status"], c["bare_status"])
+        statuses[key] = statuses.get(key, 0) + 1
+    lines += ["", "| workflow status | bare status | cells |", "| --- | --- | --- |"]
+    lines += [f"| {w} | {b} | {n} |" for (w, b), n in sorted(statuses.items(), key=str)]
+    ratios = [c["ratio"] for c in cells if "ratio" in c]
+    if ratios:
+        outside = sorted((c for c in cells if "ratio" in c and abs(c["ratio"] - 1) > FIDELITY),
+                         key=lambda c: abs(c["ratio"] - 1), reverse=True)
+        lines += ["", f"ok in both: {len(ratios)}; workflow / bare TFLOPs/s: median {statistics.median(ratios):.3f}, "
+                      f"min {min(ratios):.3f}, max {max(ratios):.3f}; within ±{FIDELITY:.0%}: "
+                      f"{len(ratios) - len(outside)} of {len(ratios)}"]
+        if outside:
+            lines += ["", "| cell outside ±3 % | workflow TFLOPs/s | bare TFLOPs/s | ratio | reps | warm-up calls (steady) |",
+                      "| --- | --- | --- | --- | --- | --- |"]
+            lines += [f"| {c['cell']} | {c['workflow_tflops']:.1f} | {c['bare_tflops']:.1f} | {c['ratio']:.3f} | "
+                      f"{c['workflow_reps']} | {c['workflow_warmup_calls']} ({c['workflow_warmup_steady']}) |"
+                      for c in outside[:40]]
+    wf_util = utilisation(args.outdir / "gpu_util.csv", state["phases"], "workflow")
+    bare_util = utilisation(args.outdir / "gpu_util.csv", state["phases"], "bare")
+    if wf_util is not None:
+        lines += ["", f"GPU utilisation >= 50 % in {wf_util:.0%} of the 0.5 s samples during the workflow, "
+                      f"{bare_util:.0%} during the bare loop"]
+    return "\n".join(lines) + "\n"
+
+
+def environment(outdir: Path) -> None:
+    import torch
+
+    lines = [f"python {sys.version.split()[0]}", f"torch {torch.__version__} cuda {torch.version.cuda}"]
+    if torch.cuda.is_available():
+        lines.append(f"device {torch.cuda.get_device_name(0)}; cudnn {torch.backends.cudnn.version()}")
+    for mod in ("triton", "snakemake", "flash_attn", "cudnn"):
+        try:
+            lines.append(f"{mod} {getattr(__import__(mod), '__version__', '?')}")
+        except Exception as exc:  # noqa: BLE001
+            lines.append(f"{mod}: {type(exc).__name__}")
+    (outdir / "environment.txt").write_text("\n".join(lines) + "\n")
+
+
+# ---------------------------------------------------------------- main
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    start = time.monotonic()
+    args.work.mkdir(parents=True, exist_ok=True)
+    args.outdir.mkdir(parents=True, exist_ok=True)
+    environment(args.outdir)
+    overrides = grid_config(args)
+    overrides_path = args.work / "overrides.yaml"
+    overrides_path.write_text(yaml.safe_dump(overrides))
+    (args.outdir / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    cfg = longca_config.validate(longca_config.merge_files([args.configfile, overrides_path]))
+    state = load_state(args.work)
+    done = {c["seqlen"] for c in state["chunks"]}
+    sampler = GpuSampler(args.outdir / "gpu_util.csv")
+    last_chunk_s = None
+    try:
+        for i, seqlen in enumerate(cfg["seqlens"]):
+            if seqlen in done:
+                continue
+            left = args.budget_s - (time.monotonic() - start)
+            # A doubled length costs up to 4x on dense masks; ~2.5x over a grid of mostly sparse ones.
+            if last_chunk_s is not None and 2.5 * last_chunk_s > left:
+                print(f"stopping: {left:.0f} s left, the {seqlen} chunk would take ~{2.5 * last_chunk_s:.0f} s")
+                break
+            cells = chunk_cells(cfg, seqlen)
+            for c in cells:  # a chunk cut off earlier starts from scratch, both ways
+                (args.work / c.path).unlink(missing_ok=True)
+                state["cells"].pop(c.path, None)
+            workflow_first = len(state["chunks"]) % 2 == 0
+            chunk = {"seqlen": seqlen, "cells": len(cells), "first": "workflow" if workflow_first else "bare"}
+            for phase in (("workflow", "bare") if workflow_first else ("bare", "workflow")):
+                t0 = time.time()
+                if phase == "workflow":
+                    remaining = args.budget_s - (time.monotonic() - start)
+                    chunk["workflow_s"], code = run_workflow(args, overrides_path, cells, max(remaining, 1))
+                    chunk["workflow_exit"] = code
+                else:
+                    chunk["bare_s"], rows = run_bare(cfg, cells)
+                state["phases"].append({"phase": phase, "start": t0, "end": time.time()})
+            if chunk["workflow_exit"] != 0:
+                print(f"seqlen {seqlen}: snakemake exited {chunk['workflow_exit']} (see {args.work}/snakemake.log); "
+                      f"the chunk is not counted")
+                save_state(args.work, state)
+                break
+            state["cells"].update(rows)
+            state["chunks"].append(chunk)
+            save_state(args.work, state)
+            last_chunk_s = chunk["workflow_s"] + chunk["bare_s"]
+            print(f"seqlen {seqlen}: {len(cells)} cells, workflow {chunk['workflow_s']:.1f} s, "
+                  f"bare {chunk['bare_s']:.1f} s", flush=True)
+            write_outputs(args, cfg, state)
+    finally:
+        sampler.stop()
+        if (args.work / "snakemake.log").exists():
+            shutil.copy(args.work / "snakemake.log", args.outdir / "snakemake.log")
+    print(write_outputs(args, cfg, state))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

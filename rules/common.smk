@@ -61,3 +61,8 @@ else:
     # CPU cells take every core they are given one at a time, so concurrent cells never share cores
     # and skew each other's timings.
     CELL_THREADS = CFG["threads"] or workflow.cores
+
+
+def planned_cell_jobs() -> int:
+    """Cell jobs this run executes (what Snakemake's job stats count): the progress line's total."""
+    return sum(1 for job in workflow.dag.needrun_jobs() if job.rule.name in ("kernel_cell", "cp_cell"))

@@ -59,7 +59,8 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ -n "$OUTDIR" ] || die "missing OUTDIR: the folder the results go to"
-[[ "$BUDGET_S" =~ ^[0-9]+$ ]] && [ "$BUDGET_S" -ge 60 ] || die "--budget-s must be a whole number of seconds, at least 60"
+[[ "$BUDGET_S" =~ ^[0-9]+$ ]] && [ "$BUDGET_S" -ge 60 ] \
+    || die "--budget-s must be a whole number of seconds, at least 60"
 [ -z "$WHEELS" ] || [ -d "$WHEELS" ] || die "--wheels: $WHEELS is not a folder"
 PYTHON=${PYTHON:-python3}
 

@@ -125,7 +125,8 @@ def test_kernels_cli_lists_every_kernel_with_its_availability():
 # FlashAttention-2 and -4 share the `flash_attn` import name; stand-in installs (real importable
 # packages on PYTHONPATH, defining only the entry points) check that each adapter asks for its own.
 FLASH_INSTALLS = {
-    "flash-attn-4": {"flash_attn/__init__.py": "", "flash_attn/cute/__init__.py": "def flash_attn_func(*a, **k): pass\n"},
+    "flash-attn-4": {"flash_attn/__init__.py": "",
+                     "flash_attn/cute/__init__.py": "def flash_attn_func(*a, **k): pass\n"},
     "flash-attn": {"flash_attn/__init__.py": "def flash_attn_func(*a, **k): pass\n", "flash_attn_2_cuda.py": ""},
     "flash-attn without its extension": {"flash_attn/__init__.py": "def flash_attn_func(*a, **k): pass\n"},
 }

@@ -30,6 +30,14 @@ rule all:
         "results/report.html",
 
 
+# Once the jobs are planned (real runs only): the cell jobs report how the measurements go in one
+# line every 30 s (longca/progress.py).
+onstart:
+    from longca import progress
+
+    progress.start(planned_cell_jobs())
+
+
 # A job that dies (cancelled, killed at its time limit, node lost) leaves its cells without rows:
 # give them failure rows naming the job's log, so the tables show them; their files stay missing,
 # so the next run resubmits exactly those cells.

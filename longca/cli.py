@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from . import progress  # light (no torch): run-cell's worker client must start fast
+
 
 # CellSpec's fields, for building settings from flags without importing torch (the worker client
 # must stay light).  CellSpec.from_dict re-checks them in the measuring process.
@@ -62,6 +64,7 @@ def _run_cell(args: argparse.Namespace) -> int:
     summary = f"{row['cell_id']}: {row['status']}"
     summary += f" {row['tflops']:.3f} TFLOPs/s" if row["status"] == "ok" else f" ({row['reason']})"
     print(summary, file=sys.stderr)
+    progress.record(cell_id, row)  # the run's progress line (longca/progress.py); nothing outside a run
     return 0  # a failed cell is a result, not a failed command
 
 
@@ -138,6 +141,7 @@ def _cp_cell(args: argparse.Namespace) -> int:
     summary += (f" {row['tflops_per_gpu']:.3f} TFLOPs/s per GPU" if row["status"] == "ok"
                 else f" ({row['reason']})")
     print(summary, file=sys.stderr)
+    progress.record(cell_id, row)  # the run's progress line (longca/progress.py); nothing outside a run
     return 0
 
 

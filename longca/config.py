@@ -94,10 +94,54 @@ def _merge_into(base: dict, over: dict) -> None:
             base[key] = copy.deepcopy(value)
 
 
+# Snakemake reads a `--config` value with YAML's base loader, which keeps every scalar inside a list
+# or a mapping a string: `seqlens='[4096,8192]'` arrives as ['4096', '8192'] and
+# `'timing={warmup: 2, reps: 3}'` as {'warmup': '2', 'reps': '3'}.  The schema says what each place
+# holds, so a string is read back as YAML reads it wherever the schema does not declare a string
+# there (a number, a boolean, null, or no declared type, as in mask params and kernel/CP options):
+# an override means what the same text means in a config file.
+_YAML_SCALARS = (bool, int, float, type(None))
+
+
+def restore_types(value: Any, schema: dict) -> Any:
+    """``value`` with the strings the schema does not allow as strings read as YAML scalars."""
+    alternatives = schema.get("oneOf") or schema.get("anyOf")
+    if alternatives:  # the first alternative the restored value satisfies; else leave it to validation
+        for alternative in alternatives:
+            restored = restore_types(value, alternative)
+            if jsonschema.Draft202012Validator(alternative).is_valid(restored):
+                return restored
+        return value
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        extra = extra if isinstance(extra, dict) else {}
+        return {key: restore_types(item, properties.get(key, extra)) for key, item in value.items()}
+    if isinstance(value, list):
+        prefix = schema.get("prefixItems", [])
+        items = schema.get("items", {})
+        return [restore_types(item, prefix[i] if i < len(prefix) else items) for i, item in enumerate(value)]
+    if isinstance(value, str) and "string" not in _declared_types(schema):
+        try:
+            read = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+        return read if isinstance(read, _YAML_SCALARS) else value
+    return value
+
+
+def _declared_types(schema: dict) -> set[str]:
+    declared = schema.get("type", [])
+    types = {declared} if isinstance(declared, str) else set(declared)
+    if "enum" in schema:  # an enum without a type still says whether strings belong there
+        types |= {"string" for choice in schema["enum"] if isinstance(choice, str)}
+    return types
+
+
 def validate(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
     """Return the config with defaults filled in, or raise ConfigError naming the bad key."""
-    config = copy.deepcopy(config)
     schema = load_schema(schema_path)
+    config = restore_types(copy.deepcopy(config), schema)
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:

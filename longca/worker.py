@@ -37,6 +37,9 @@ PACKAGE = Path(__file__).resolve().parent
 START_TIMEOUT_S = 180.0   # importing torch on a busy node can be slow
 DEFAULT_IDLE_S = 120.0
 _LEN = struct.Struct("!Q")
+# LONGCA_* variables that do not change what a cell computes: how long a server idles, where a run's
+# progress lines go (longca.progress).  Every other LONGCA_* variable names a server of its own.
+NOT_IN_KEY = frozenset({"LONGCA_WORKER_IDLE_S", "LONGCA_PROGRESS_DIR", "LONGCA_PROGRESS_EVERY_S"})
 
 
 class WorkerError(RuntimeError):
@@ -61,8 +64,7 @@ def worker_key(environ: dict | None = None) -> str:
     h.update(str(PACKAGE).encode())
     h.update(_source_digest().encode())
     for name in sorted(environ):
-        if name.startswith("LONGCA_") and name != "LONGCA_WORKER_IDLE_S" or name in ("PYTHONPATH",
-                                                                                      "CUDA_VISIBLE_DEVICES"):
+        if name.startswith("LONGCA_") and name not in NOT_IN_KEY or name in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES"):
             h.update(f"{name}={environ[name]}\0".encode())
     return h.hexdigest()[:20]
 

@@ -70,3 +70,8 @@ else:
     MEASURE_THREADS = CFG["threads"] or workflow.cores
 # Threads a cell's job takes (the measurement's own threads are MEASURE_THREADS).
 CELL_THREADS = 1 if RESIDENT_CLIENTS else MEASURE_THREADS
+
+
+def planned_cell_jobs() -> int:
+    """Cell jobs this run executes (what Snakemake's job stats count): the progress line's total."""
+    return sum(1 for job in workflow.dag.needrun_jobs() if job.rule.name in ("kernel_cell", "cp_cell"))

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -119,3 +120,41 @@ def test_kernels_cli_lists_every_kernel_with_its_availability():
         if not name.startswith("test_"):
             assert name in out.stdout
     assert "unavailable: flash_attn is not importable" in out.stdout
+
+
+# FlashAttention-2 and -4 share the `flash_attn` import name; stand-in installs (real importable
+# packages on PYTHONPATH, defining only the entry points) check that each adapter asks for its own.
+FLASH_INSTALLS = {
+    "flash-attn-4": {"flash_attn/__init__.py": "",
+                     "flash_attn/cute/__init__.py": "def flash_attn_func(*a, **k): pass\n"},
+    "flash-attn": {"flash_attn/__init__.py": "def flash_attn_func(*a, **k): pass\n", "flash_attn_2_cuda.py": ""},
+    "flash-attn without its extension": {"flash_attn/__init__.py": "def flash_attn_func(*a, **k): pass\n"},
+}
+
+
+def _kernels_listing(tmp_path, install: str) -> dict[str, str]:
+    for path, text in FLASH_INSTALLS[install].items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    out = _cli("kernels", env={"PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).parents[1])])})
+    assert out.returncode == 0, out.stderr
+    return {line.split()[0]: line for line in out.stdout.splitlines() if line.startswith("flash_attn")}
+
+
+def test_flash_attn4_alone_makes_only_flash_attn4_available(tmp_path):
+    listing = _kernels_listing(tmp_path, "flash-attn-4")
+    assert " available " in listing["flash_attn4"]
+    assert "unavailable: flash_attn.flash_attn_func is not importable" in listing["flash_attn2"]
+    assert "unavailable: flash_attn_interface is not importable" in listing["flash_attn3"]
+
+
+def test_flash_attn2_alone_makes_only_flash_attn2_available(tmp_path):
+    listing = _kernels_listing(tmp_path, "flash-attn")
+    assert " available " in listing["flash_attn2"]
+    assert "unavailable: flash_attn_interface is not importable" in listing["flash_attn3"]
+    assert "unavailable: flash_attn.cute is not importable" in listing["flash_attn4"]
+
+
+def test_flash_attn2_needs_its_cuda_extension(tmp_path):
+    listing = _kernels_listing(tmp_path, "flash-attn without its extension")
+    assert "unavailable: flash_attn_2_cuda (the CUDA extension of flash_attn.flash_attn_func)" in listing["flash_attn2"]

@@ -9,6 +9,10 @@ varlen entry point), GQA natively, and a mask as documents × causal × window (
 The releases differ in keyword names (``window_size=(l, r)`` vs ``window_size_left/right``) and in
 whether the LSE is returned too, so calls are built from the function's signature rather than
 pinned to one release.  A missing package makes the kernel ``unsupported`` with the import error.
+
+FlashAttention-2 and -4 both install under the ``flash_attn`` import name (FA4 as the ``cute``
+subpackage), so ``import flash_attn`` succeeding says nothing about FA2: each adapter is available
+only when the entry point it calls resolves (and, for FA2, its CUDA extension imports).
 """
 
 from __future__ import annotations
@@ -30,22 +34,41 @@ class FlashAttnPackage(Kernel):
     devices = ("cuda",)
     dtypes = (torch.bfloat16, torch.float16)
 
-    def __init__(self, name: str, module: str, description: str, distribution: str):
+    def __init__(self, name: str, module: str, description: str, distribution: str,
+                 extensions: tuple[str, ...] = ()):
         self.name = name
-        self.module = module
+        self.module = module            # forward calls module.flash_attn_func / flash_attn_varlen_func
+        self.extensions = extensions    # compiled modules the entry point needs at call time
         self.description = description
         self.distribution = distribution
         self._module: Any = None
         self._error: str | None = None
 
     def _load(self):
+        # Lazy (first availability check or call), never at registry load: a missing library must
+        # make cells unsupported, not fail `import longca.kernels`.
         if self._module is None and self._error is None:
-            try:
-                self._module = importlib.import_module(self.module)
-            except Exception as exc:  # noqa: BLE001 — ImportError, or a broken CUDA extension
-                self._error = (f"{self.module} is not importable ({type(exc).__name__}: {exc}); "
-                               f"install {self.distribution}")
+            self._error = self._missing_entry_point()
         return self._module
+
+    def _missing_entry_point(self) -> str | None:
+        entry = f"{self.module}.flash_attn_func"
+        try:
+            module = importlib.import_module(self.module)
+        except Exception as exc:  # noqa: BLE001 — ImportError, or a broken CUDA extension
+            return f"{self.module} is not importable ({type(exc).__name__}: {exc}); install {self.distribution}"
+        if not callable(getattr(module, "flash_attn_func", None)):
+            where = getattr(module, "__file__", None) or ", ".join(getattr(module, "__path__", []))
+            return (f"{entry} is not importable ({self.module} at {where} has no flash_attn_func: another "
+                    f"FlashAttention release provides {self.module}); install {self.distribution}")
+        for extension in self.extensions:
+            try:
+                importlib.import_module(extension)
+            except Exception as exc:  # noqa: BLE001
+                return (f"{extension} (the CUDA extension of {entry}) is not importable "
+                        f"({type(exc).__name__}: {exc}); install {self.distribution}")
+        self._module = module
+        return None
 
     def available(self) -> str | None:
         self._load()
@@ -103,7 +126,8 @@ def _mask_kwargs(fn, prepared: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-register(FlashAttnPackage("flash_attn2", "flash_attn", "FlashAttention-2 (flash-attn package)", "flash-attn"))
+register(FlashAttnPackage("flash_attn2", "flash_attn", "FlashAttention-2 (flash-attn package)", "flash-attn",
+                          extensions=("flash_attn_2_cuda",)))
 register(FlashAttnPackage("flash_attn3", "flash_attn_interface",
                           "FlashAttention-3 (Hopper; flash-attention's hopper/ build)",
                           "flash-attention's hopper/ package (flash_attn_3)"))

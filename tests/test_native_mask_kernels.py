@@ -221,7 +221,7 @@ def test_flex_flash_compiles_whole_graphs_with_the_flash_backend():
     k = kernels.get("flex_flash")
     assert k.flex_kernel_options == {"BACKEND": "FLASH"} and k.fullgraph
     assert kernels.get("flex").flex_kernel_options is None
-    assert k.devices == ("cuda",) and set(k.dtypes) == {torch.bfloat16, torch.float16}
+    assert k.devices == ("cuda",) and k.dtypes == kernels.get("flex").dtypes  # FA4 itself refuses float32
     assert k.supports_mask(_problem("prefix_lm_varlen")) is None  # every mask Flex expresses
 
 

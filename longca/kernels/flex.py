@@ -166,8 +166,8 @@ class FlexFlash(FlexAttention):
     description = "FlexAttention on its FLASH backend (FlashAttention-4 CuTe kernels), BlockMask from the slices"
     # CUDA only: on CPU torch lowers flex_attention to its C++ template whatever BACKEND says.
     devices = ("cuda",)
-    # FA4 takes 16-bit inputs only (its interface asserts float16 / bfloat16; fp8 forward-only).
-    dtypes = (torch.bfloat16, torch.float16)
+    # dtypes: flex's.  FA4 takes 16-bit inputs only; a float32 problem is refused by FA4's own check
+    # ("inputs must be float16, bfloat16, ...") in prepare, so the row carries the library's reason.
     flex_kernel_options = FLASH_BACKEND
     # A graph break would run flex_attention eagerly (the unfused math path): never, for this kernel.
     fullgraph = True

@@ -24,6 +24,7 @@ takes a given output and LSE), fed the CP's global output and LSE.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import inspect
 from typing import Any
 
@@ -42,13 +43,17 @@ class FlashAttnPackage(Kernel):
     dtypes = (torch.bfloat16, torch.float16)
 
     def __init__(self, name: str, module: str, description: str, distribution: str, *,
-                 unbounded: int | None = -1, lse_ops_class: type[LseOps] | None = None):
+                 unbounded: int | None = -1, lse_ops_class: type[LseOps] | None = None,
+                 version_from: str | None = None):
         self.name = name
         self.module = module
         self.description = description
         self.distribution = distribution
         self.unbounded = unbounded  # how this release writes an unbounded window side
         self.lse_ops_class = lse_ops_class
+        # The distribution whose version the notes record, where the module's own __version__ is
+        # not it (flash-attn-4 4.0.0b36's flash_attn.cute reports the "fa4" distribution: 0.0.0).
+        self.version_from = version_from
         self._module: Any = None
         self._error: str | None = None
 
@@ -90,6 +95,11 @@ class FlashAttnPackage(Kernel):
         notes = super().notes(prepared)
         notes["window"] = list(prepared["window"])
         notes["version"] = getattr(self._module, "__version__", None)
+        if self.version_from:
+            try:
+                notes["version"] = importlib.metadata.version(self.version_from)
+            except importlib.metadata.PackageNotFoundError:
+                pass
         return notes
 
     def forward(self, q, k, v, prepared):
@@ -162,4 +172,4 @@ register(FlashAttnPackage("flash_attn3", "flash_attn_interface",
                           "flash-attention's hopper/ package (flash_attn_3)"))
 register(FlashAttnPackage("flash_attn4", "flash_attn.cute", "FlashAttention-4 (CuTe DSL, flash_attn.cute)",
                           "flash-attn-cute (flash-attention's flash_attn/cute)", unbounded=None,
-                          lse_ops_class=Fa4LseOps))
+                          lse_ops_class=Fa4LseOps, version_from="flash-attn-4"))

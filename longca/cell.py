@@ -20,7 +20,7 @@ import torch
 
 from . import env, kernels, reference, timing
 from .flops import attention_flops
-from .kernels.base import Kernel
+from .kernels.base import Kernel, Unsupported
 from .problem import Problem, parse_dtype
 
 STATUSES = ("ok", "unsupported", "oom", "wrong", "error", "timeout")
@@ -180,6 +180,8 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
                 row["tflops_p20"] = row["flops"] / (result.p80_ms * 1e-3) / 1e12
                 row["tflops_p80"] = row["flops"] / (result.p20_ms * 1e-3) / 1e12
                 row["status"] = "ok"
+    except Unsupported as exc:  # the library refused the problem when asked (e.g. building its graph)
+        failure = ("unsupported", str(exc))
     except Exception as exc:  # noqa: BLE001 — every failure becomes a result row
         if is_oom(exc):
             failure = ("oom", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")

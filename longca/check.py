@@ -15,6 +15,7 @@ import torch
 
 from . import kernels, masks
 from .cell import correctness_gate, is_oom
+from .kernels.base import Unsupported
 from .problem import Problem, parse_dtype
 
 # Parameters that make each pattern non-trivial at the check's small lengths (defaults such as a
@@ -66,6 +67,8 @@ def check(kernel_names: Iterable[str], mask_names: Iterable[str], directions: It
                         continue
                     ok, _, _, detail = correctness_gate(kernel, problem)
                     results.append(CheckResult(name, mask, direction, "ok" if ok else "wrong", detail))
+                except Unsupported as exc:  # refused by the library in prepare, as run_cell reports it
+                    results.append(CheckResult(name, mask, direction, "unsupported", str(exc)))
                 except Exception as exc:  # noqa: BLE001 — reported in the table
                     status = "oom" if is_oom(exc) else "error"
                     results.append(CheckResult(name, mask, direction, status,

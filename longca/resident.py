@@ -41,7 +41,7 @@ import time
 from typing import Any
 
 from . import gpu_slots
-from .worker import DEFAULT_IDLE_S, WorkerError, _recv_msg, _send_msg, runtime_dir, start_server, worker_key
+from .worker import DEFAULT_IDLE_S, WorkerError, _recv_msg, _send_msg, start_server, worker_key
 
 CPU_LANE = "cpu"
 # Errors after which a CUDA context is unusable: the process ends after its row and the next cell

@@ -20,11 +20,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..kernels.base import Unsupported  # one type: a strategy's refusal and its local kernel's are alike
 from ..masks import AttnMask
 
-
-class Unsupported(Exception):
-    """This strategy cannot run this problem; the message is the row's reason."""
+__all__ = ["Strategy", "Unsupported"]
 
 
 class Strategy:

@@ -15,6 +15,15 @@ import torch
 from ..problem import Problem
 
 
+class Unsupported(Exception):
+    """The library refuses this problem (a mask, a direction, a dtype it cannot take).
+
+    An adapter raises it, with the library's own reason, from ``prepare`` (where it builds graphs or
+    compiles), when whether the library takes a problem is only known by asking it.  ``run_cell``
+    turns it into an ``unsupported`` row carrying the message, never into ``error`` and never into
+    a silent fallback to another implementation."""
+
+
 class Kernel:
     name: str = ""
     description: str = ""
@@ -61,7 +70,9 @@ class Kernel:
         return None
 
     def prepare(self, problem: Problem) -> dict[str, Any]:
-        """Mask metadata built outside the timed region; also recorded in the row's notes."""
+        """Mask metadata built outside the timed region; also recorded in the row's notes.
+
+        Raises ``Unsupported`` when the library refuses the problem once asked."""
         return {}
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -6,18 +6,29 @@
 
 All three take ``(batch, seqlen, heads, head_dim)`` (packed ``(tokens, heads, head_dim)`` for the
 varlen entry point), GQA natively, and a mask as documents × causal × window (``_flash_masks``).
-The releases differ in keyword names (``window_size=(l, r)`` vs ``window_size_left/right``) and in
-whether the LSE is returned too, so calls are built from the function's signature rather than
-pinned to one release.  A missing package makes the kernel ``unsupported`` with the import error.
+The releases differ in keyword names (``window_size=(l, r)`` vs ``window_size_left/right``), in how
+an unbounded window side is written (``-1`` for FA2/FA3, ``None`` for FA4) and in whether the LSE is
+returned too, so calls are built from the function's signature rather than pinned to one release.
+A missing package makes the kernel ``unsupported`` with the import error.
 
 FlashAttention-2 and -4 both install under the ``flash_attn`` import name (FA4 as the ``cute``
 subpackage), so ``import flash_attn`` succeeding says nothing about FA2: each adapter is available
 only when the entry point it calls resolves (and, for FA2, its CUDA extension imports).
+
+FlashAttention-4 (checked against flash-attn-4 4.0.0b36's ``flash_attn.cute.interface``):
+``flash_attn_func`` / ``flash_attn_varlen_func`` take ``causal``, ``window_size=(left, right)``
+(``None`` = unbounded; ``causal`` forces ``right = 0``), ``cu_seqlens_q/k`` + ``max_seqlen_q/k``,
+``softmax_scale`` and ``return_lse``, and always return ``(out, lse)`` with ``lse`` float32
+``(batch, heads, seqlen)`` in natural log (None unless asked for or needed by autograd).  Its LSE
+entry point for CP strategies (``lse_ops``) is the forward with ``return_lse=True`` and the
+library's backward kernel ``interface._flash_attn_bwd`` (private: FA4 has no public backward that
+takes a given output and LSE), fed the CP's global output and LSE.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import inspect
 from typing import Any
 
@@ -27,6 +38,7 @@ from .. import mask_convert
 from ..problem import Problem
 from . import register
 from ._flash_masks import NO_WINDOW, flash_mask, unsupported_reason
+from ._lse_ops import LseOps
 from .base import Kernel
 
 
@@ -34,13 +46,19 @@ class FlashAttnPackage(Kernel):
     devices = ("cuda",)
     dtypes = (torch.bfloat16, torch.float16)
 
-    def __init__(self, name: str, module: str, description: str, distribution: str,
-                 extensions: tuple[str, ...] = ()):
+    def __init__(self, name: str, module: str, description: str, distribution: str, *,
+                 extensions: tuple[str, ...] = (), unbounded: int | None = -1,
+                 lse_ops_class: type[LseOps] | None = None, version_from: str | None = None):
         self.name = name
         self.module = module            # forward calls module.flash_attn_func / flash_attn_varlen_func
         self.extensions = extensions    # compiled modules the entry point needs at call time
         self.description = description
         self.distribution = distribution
+        self.unbounded = unbounded  # how this release writes an unbounded window side
+        self.lse_ops_class = lse_ops_class
+        # The distribution whose version the notes record, where the module's own __version__ is
+        # not it (flash-attn-4 4.0.0b36's flash_attn.cute reports the "fa4" distribution: 0.0.0).
+        self.version_from = version_from
         self._module: Any = None
         self._error: str | None = None
 
@@ -77,6 +95,11 @@ class FlashAttnPackage(Kernel):
     def supports_mask(self, problem: Problem) -> str | None:
         return unsupported_reason(self.name, problem)
 
+    def lse_ops(self, device: torch.device):
+        if self.lse_ops_class is None or torch.device(device).type != "cuda" or self.available():
+            return None
+        return self.lse_ops_class(self._load())
+
     def prepare(self, problem: Problem) -> dict[str, Any]:
         fm = flash_mask(problem)
         prepared: dict[str, Any] = {"causal": fm.causal, "window": fm.window, "packed": fm.packed,
@@ -94,6 +117,11 @@ class FlashAttnPackage(Kernel):
         notes = super().notes(prepared)
         notes["window"] = list(prepared["window"])
         notes["version"] = getattr(self._module, "__version__", None)
+        if self.version_from:
+            try:
+                notes["version"] = importlib.metadata.version(self.version_from)
+            except importlib.metadata.PackageNotFoundError:
+                pass
         return notes
 
     def forward(self, q, k, v, prepared):
@@ -104,26 +132,60 @@ class FlashAttnPackage(Kernel):
             cu, mx = prepared["cu_seqlens"], prepared["max_seqlen"]
             kwargs = {"cu_seqlens_q": cu, "cu_seqlens_k": cu, "max_seqlen_q": mx, "max_seqlen_k": mx}
             out = fn(q.reshape(b * s, h, d), k.reshape(b * s, -1, d), v.reshape(b * s, -1, d),
-                     **kwargs, **_mask_kwargs(fn, prepared))
+                     **kwargs, **self._mask_kwargs(fn, prepared))
             out = out[0] if isinstance(out, tuple) else out
             return out.reshape(b, s, h, d)
         fn = mod.flash_attn_func
-        out = fn(q, k, v, **_mask_kwargs(fn, prepared))
+        out = fn(q, k, v, **self._mask_kwargs(fn, prepared))
         return out[0] if isinstance(out, tuple) else out
 
+    def _mask_kwargs(self, fn, prepared: dict[str, Any]) -> dict[str, Any]:
+        return mask_kwargs(tuple(inspect.signature(fn).parameters), prepared["causal"], prepared["window"],
+                           self.unbounded)
 
-def _mask_kwargs(fn, prepared: dict[str, Any]) -> dict[str, Any]:
-    params = inspect.signature(fn).parameters
-    kwargs: dict[str, Any] = {"causal": prepared["causal"]}
-    window = prepared["window"]
+
+def mask_kwargs(params: tuple[str, ...], causal: bool, window: tuple[int, int],
+                unbounded: int | None) -> dict[str, Any]:
+    """The mask keywords for a flash-attn entry point taking ``params``: ``causal`` and, for a
+    window, ``window_size=(left, right)`` or ``window_size_left/right`` (whichever the release
+    has), with an unbounded side (``-1`` in ``_flash_masks``) written as ``unbounded``."""
+    kwargs: dict[str, Any] = {"causal": causal}
     if window != NO_WINDOW:
-        left, right = window
+        left, right = (unbounded if side < 0 else side for side in window)
         if "window_size" in params:
             kwargs["window_size"] = (left, right)
-        else:  # FlashAttention-4: None = unbounded
-            kwargs["window_size_left"] = None if left < 0 else left
-            kwargs["window_size_right"] = None if right < 0 else right
+        elif "window_size_left" in params:
+            kwargs["window_size_left"], kwargs["window_size_right"] = left, right
+        else:
+            raise TypeError(f"this flash-attn entry point takes no window (parameters: {', '.join(params)})")
     return kwargs
+
+
+class Fa4LseOps(LseOps):
+    """FlashAttention-4 as a CP local kernel: ``(b, h, s, d)`` blocks, KV heads already expanded.
+
+    FA4 works on ``(b, s, h, d)``; the transposes are views (FA4 copies only a layout it cannot
+    address).  ``causal`` pieces are square, where FA4's bottom-right causal is also top-left."""
+
+    modes = frozenset({"full", "causal"})
+
+    def __init__(self, module):
+        self.module = module
+
+    def forward(self, q, k, v, causal, bias, scale):
+        out, lse = self.module.flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                               softmax_scale=scale, causal=causal, return_lse=True)
+        return out.transpose(1, 2), lse.float()
+
+    def backward(self, dout, q, k, v, out, lse, causal, bias, scale):
+        from flash_attn.cute.interface import _flash_attn_bwd
+
+        # The global LSE (rows with no key anywhere carry +inf: P = 0) makes this block's dq/dk/dv
+        # its exact share of the full gradient.
+        dq, dk, dv = _flash_attn_bwd(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                     out.transpose(1, 2), dout.transpose(1, 2), lse.float().contiguous(),
+                                     softmax_scale=scale, causal=causal)[:3]
+        return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
 
 
 register(FlashAttnPackage("flash_attn2", "flash_attn", "FlashAttention-2 (flash-attn package)", "flash-attn",
@@ -132,4 +194,5 @@ register(FlashAttnPackage("flash_attn3", "flash_attn_interface",
                           "FlashAttention-3 (Hopper; flash-attention's hopper/ build)",
                           "flash-attention's hopper/ package (flash_attn_3)"))
 register(FlashAttnPackage("flash_attn4", "flash_attn.cute", "FlashAttention-4 (CuTe DSL, flash_attn.cute)",
-                          "flash-attn-cute (flash-attention's flash_attn/cute)"))
+                          "flash-attn-cute (flash-attention's flash_attn/cute)", unbounded=None,
+                          lse_ops_class=Fa4LseOps, version_from="flash-attn-4"))

@@ -4,8 +4,9 @@ They run real code that really fails: ``test_wrong`` returns a perturbed result,
 really asks the allocator for more memory than any machine has, ``test_segfault`` really
 dereferences NULL, ``test_abort`` really aborts, ``test_hang`` really never returns, ``test_hog``
 really allocates (and touches) memory until the cell's memory cap stops it, and ``test_sleep`` is a
-correct kernel that takes a set time per call (option ``seconds``).  Set ``LONGCA_TEST_KERNELS=1``
-to register them.
+correct kernel that takes a set time per call (option ``seconds``), and ``test_refuses`` is refused
+by its "library" in ``prepare`` (``Unsupported``), as a cuDNN graph or a FlexAttention backend
+refuses a problem.  Set ``LONGCA_TEST_KERNELS=1`` to register them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from . import register
-from .base import Kernel
+from .base import Kernel, Unsupported
 
 
 class WrongKernel(Kernel):
@@ -44,6 +45,18 @@ class OomKernel(Kernel):
     def forward(self, q, k, v, prepared):
         workspace = torch.empty(2**50, dtype=torch.uint8, device=q.device)
         return q + workspace[:1].to(q.dtype)
+
+
+class RefusingKernel(Kernel):
+    name = "test_refuses"
+    description = "test-only: its library refuses every problem in prepare"
+    REASON = "test library: this problem is not supported (refused when asked)"
+
+    def prepare(self, problem):
+        raise Unsupported(self.REASON)
+
+    def forward(self, q, k, v, prepared):
+        raise AssertionError("never reached: prepare refuses")
 
 
 class _DenseSdpa(Kernel):
@@ -113,5 +126,6 @@ class SleepKernel(_DenseSdpa):
 
 
 if os.environ.get("LONGCA_TEST_KERNELS") == "1":
-    for _kernel in (WrongKernel, OomKernel, SegfaultKernel, AbortKernel, HangKernel, HogKernel, SleepKernel):
+    for _kernel in (WrongKernel, OomKernel, RefusingKernel, SegfaultKernel, AbortKernel, HangKernel, HogKernel,
+                    SleepKernel):
         register(_kernel())

@@ -1,0 +1,428 @@
+"""cuDNN's fused attention through its own Python frontend (``nvidia-cudnn-frontend``, ``import cudnn``).
+
+Unlike ``sdpa_cudnn`` (PyTorch's SDPA, which can hand cuDNN only ``is_causal`` or a dense mask
+tensor), this kernel builds cuDNN SDPA graphs itself, so the masks long-context training uses go
+in natively:
+
+* causal: ``diagonal_alignment`` + ``diagonal_band_right_bound=0``.  LongCA's CAUSAL slices are
+  bottom-right aligned; on a square block (every benchmark mask, every CP piece) top-left is the
+  same rule, so TOP_LEFT is used there and BOTTOM_RIGHT only when queries and keys differ in length;
+* sliding windows: the diagonal band.  cuDNN attends ``i − left < j ≤ i + right`` (top-left), so
+  a FlashAttention window ``(w_left, w_right)`` is ``left = w_left + 1``, ``right = w_right``;
+* packed documents: one sequence of documents is a batch of variable-length sequences in THD
+  layout — Q/K/V/O (and the softmax stats) carry ragged offsets (element offsets of each
+  document's first token), ``seq_len_q/kv`` the document lengths, ``use_padding_mask=True``.
+
+Which masks that is comes from ``_flash_masks`` (documents × causal × window, the same table the
+FlashAttention-style kernels use); everything else is ``unsupported`` with the reason.  Graphs are
+built, planned and given a workspace in ``prepare`` (cached per shape and mask), so a timed call only
+executes a built plan.  The forward always produces the softmax stats (a training forward); the
+backward is cuDNN's ``sdpa_backward`` graph fed those stats, behind a ``torch.autograd.Function``.
+``lse_ops`` exposes the same graphs with the stats as the log-sum-exp for CP strategies.
+
+API as in nvidia-cudnn-frontend 1.32 (``cudnn.pygraph``: ``tensor``, ``sdpa``, ``sdpa_backward``,
+``set_ragged_offset``, ``validate`` → ``build_operation_graph`` → ``create_execution_plans`` →
+``check_support`` → ``build_plans``, ``execute``).  A graph cuDNN will not run raises
+``cudnn.cudnnGraphNotSupportedError``: that becomes ``Unsupported`` with cuDNN's message.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..problem import Problem
+from . import register
+from ._flash_masks import NO_WINDOW, FlashMask, flash_mask, unsupported_reason
+from ._lse_ops import LseOps
+from .base import Kernel, Unsupported
+
+DISTRIBUTION = "nvidia-cudnn-frontend"
+
+
+# ---------------------------------------------------------------------------------------------
+# The mask and the layout as cuDNN takes them: pure functions (tested on CPU).
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CudnnMask:
+    """A mask as cuDNN's SDPA node takes it (per sequence of the batch)."""
+
+    alignment: str            # cudnn.diagonal_alignment member: "TOP_LEFT" or "BOTTOM_RIGHT"
+    left_bound: int | None    # diagonal_band_left_bound: keys j > i − left_bound; None = unbounded
+    right_bound: int | None   # diagonal_band_right_bound: keys j ≤ i + right_bound (0 = causal)
+
+    def kwargs(self) -> dict[str, Any]:
+        """The ``sdpa`` / ``sdpa_backward`` keywords (alignment as a name; see ``_mask_kwargs``)."""
+        out: dict[str, Any] = {"diagonal_alignment": self.alignment}
+        if self.left_bound is not None:
+            out["diagonal_band_left_bound"] = self.left_bound
+        if self.right_bound is not None:
+            out["diagonal_band_right_bound"] = self.right_bound
+        return out
+
+
+def band(causal: bool, window: tuple[int, int], seqlen_q: int, seqlen_k: int) -> CudnnMask:
+    """FlashAttention's (causal, window ``(left, right)``, −1 = unbounded) as cuDNN's diagonal band.
+
+    FlashAttention attends ``i − left ≤ j ≤ i + right``; cuDNN's band (TOP_LEFT) masks ``j ≤ i −
+    left_bound`` and ``j > i + right_bound``, hence ``left_bound = left + 1``."""
+    left, right = window
+    right_bound = 0 if causal else (None if right < 0 else right)
+    left_bound = None if left < 0 else left + 1
+    # The alignment only places a band: bottom-right (LongCA's CAUSAL) and top-left coincide on a
+    # square block, where TOP_LEFT, cuDNN's default, is used.
+    banded = left_bound is not None or right_bound is not None
+    alignment = "BOTTOM_RIGHT" if banded and seqlen_q != seqlen_k else "TOP_LEFT"
+    return CudnnMask(alignment, left_bound, right_bound)
+
+
+def cudnn_mask(problem: Problem) -> tuple[CudnnMask, FlashMask] | None:
+    fm = flash_mask(problem)
+    if fm is None:
+        return None
+    return band(fm.causal, fm.window, problem.mask.seqlen_q, problem.mask.seqlen_k), fm
+
+
+def bshd_strides(seqlen: int, heads: int, head_dim: int) -> tuple[int, int, int, int]:
+    """Strides of dims ``(b, h, s, d)`` over memory laid out ``(b, s, h, d)`` (LongCA's layout)."""
+    return (seqlen * heads * head_dim, head_dim, heads * head_dim, 1)
+
+
+def ragged_offsets(lengths: tuple[int, ...], heads: int, head_dim: int) -> list[int]:
+    """Element offset of each sequence's first token in a packed ``(tokens, heads, head_dim)``
+    buffer, plus the end: what cuDNN's ragged-offset tensors hold (``b + 1`` entries)."""
+    out, pos = [0], 0
+    for n in lengths:
+        pos += n
+        out.append(pos * heads * head_dim)
+    return out
+
+
+@dataclass(frozen=True)
+class GraphKey:
+    """Everything a cuDNN SDPA graph is built for; one graph per key (cached)."""
+
+    device: str
+    dtype: str                         # "bfloat16" / "float16"
+    backward: bool
+    batch: int                         # sequences (packed: documents × problem batch)
+    heads_q: int
+    heads_kv: int
+    seqlen_q: int                      # per sequence (packed: the longest document)
+    seqlen_kv: int
+    head_dim: int
+    mask: CudnnMask
+    scale: float
+    # Input strides, dims (b, h, s, d): q, k, v and for the backward o, dO.  Outputs are always
+    # allocated (b, s, h, d) (``bshd_strides``).
+    strides: tuple[tuple[int, ...], ...]
+    lengths: tuple[int, ...] | None = None   # packed: every sequence's length (THD, ragged)
+
+    @property
+    def ragged(self) -> bool:
+        return self.lengths is not None
+
+
+def problem_key(problem: Problem, backward: bool) -> GraphKey:
+    """The graph for a whole problem: ``(batch, seqlen, heads, head_dim)`` tensors, documents as
+    ragged sequences (every sequence of the batch has the same documents)."""
+    cm, fm = cudnn_mask(problem)
+    b, s, hq, hkv, d = problem.batch, problem.seqlen, problem.heads_q, problem.heads_kv, problem.head_dim
+    lengths = None
+    if fm.packed:
+        lengths = tuple(fm.documents) * b
+        b, s = len(lengths), fm.max_document
+    q = bshd_strides(s, hq, d)
+    kv = bshd_strides(s, hkv, d)
+    strides = (q, kv, kv) + ((q, q) if backward else ())
+    return GraphKey(str(problem.device), str(problem.dtype).removeprefix("torch."), backward, b, hq, hkv, s, s, d,
+                    cm, problem.head_dim ** -0.5, strides, lengths)
+
+
+# ---------------------------------------------------------------------------------------------
+# Graphs (GPU only).
+# ---------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _import() -> tuple[Any, str | None]:
+    try:
+        return importlib.import_module("cudnn"), None
+    except Exception as exc:  # noqa: BLE001 — ImportError, or libcudnn failing to load
+        return None, f"cudnn is not importable ({type(exc).__name__}: {exc}); install {DISTRIBUTION}"
+
+
+def _cudnn():
+    mod, error = _import()
+    if error:
+        raise RuntimeError(error)
+    return mod
+
+
+@functools.lru_cache(maxsize=None)
+def _handle(device: str):
+    with torch.cuda.device(torch.device(device)):
+        return _cudnn().create_handle()
+
+
+def _version() -> str:
+    cudnn = _cudnn()
+    try:
+        backend = cudnn.backend_version_string()
+    except Exception as exc:  # noqa: BLE001 — notes and messages only (e.g. libcudnn not loaded)
+        backend = f"unknown: {exc}"
+    return f"frontend {getattr(cudnn, '__version__', '?')}, cuDNN {backend}"
+
+
+def _refused(exc: BaseException) -> bool:
+    """cuDNN's "this graph is not supported" (frontend or backend), as opposed to a bug of ours."""
+    cudnn = _cudnn()
+    return isinstance(exc, (cudnn.cudnnGraphNotSupportedError, NotImplementedError))
+
+
+class Graph:
+    """One built cuDNN SDPA graph (forward or backward), its workspace and, packed, the device
+    tensors of sequence lengths and ragged offsets it reads."""
+
+    def __init__(self, key: GraphKey):
+        cudnn = _cudnn()
+        self.key = key
+        self.handle = _handle(key.device)
+        dev = torch.device(key.device)
+        io = {"bfloat16": cudnn.data_type.BFLOAT16, "float16": cudnn.data_type.HALF}[key.dtype]
+        g = cudnn.pygraph(io_data_type=io, intermediate_data_type=cudnn.data_type.FLOAT,
+                          compute_data_type=cudnn.data_type.FLOAT, handle=self.handle)
+        b, hq, hkv, sq, skv, d = key.batch, key.heads_q, key.heads_kv, key.seqlen_q, key.seqlen_kv, key.head_dim
+        q_dim, kv_dim, stats_dim = (b, hq, sq, d), (b, hkv, skv, d), (b, hq, sq, 1)
+        self.t: dict[str, Any] = {}
+        self.aux: dict[str, torch.Tensor] = {}
+
+        def tensor(name, dim, stride, data_type=io):
+            self.t[name] = g.tensor(name=name, dim=dim, stride=stride, data_type=data_type)
+            return self.t[name]
+
+        q, k, v = (tensor(n, dim, st) for n, dim, st in zip("qkv", (q_dim, kv_dim, kv_dim), key.strides))
+        mask = _mask_kwargs(cudnn, key.mask)
+        offsets: dict[str, Any] = {}
+        if key.ragged:
+            # THD: sequence i's tokens start at offset[i] (elements) of the packed buffer.
+            lengths = torch.tensor(key.lengths, dtype=torch.int32, device=dev).view(-1, 1, 1, 1)
+            for name in ("seq_len_q", "seq_len_kv"):
+                tensor(name, (b, 1, 1, 1), (1, 1, 1, 1), cudnn.data_type.INT32)
+                self.aux[name] = lengths
+            for name, heads, width in (("q", hq, d), ("kv", hkv, d), ("stats", hq, 1)):
+                offsets[name] = tensor(f"{name}_offset", (b + 1, 1, 1, 1), (1, 1, 1, 1), cudnn.data_type.INT64)
+                self.aux[f"{name}_offset"] = torch.tensor(ragged_offsets(key.lengths, heads, width),
+                                                          dtype=torch.int64, device=dev).view(-1, 1, 1, 1)
+            q.set_ragged_offset(offsets["q"])
+            k.set_ragged_offset(offsets["kv"])
+            v.set_ragged_offset(offsets["kv"])
+            mask.update(use_padding_mask=True, seq_len_q=self.t["seq_len_q"], seq_len_kv=self.t["seq_len_kv"])
+        # Packed stats are ragged too ((tokens, heads) in memory): padded they would take
+        # sequences × longest × heads floats.
+        stats_stride = bshd_strides(sq, hq, 1) if key.ragged else (hq * sq, sq, 1, 1)
+
+        def output(t, name, dim, stride, offset=None, data_type=None):
+            t.set_output(True).set_dim(list(dim)).set_stride(list(stride))
+            if data_type is not None:
+                t.set_data_type(data_type)
+            if offset is not None:
+                t.set_ragged_offset(offset)
+            self.t[name] = t
+
+        if not key.backward:
+            o, stats = g.sdpa(q, k, v, name="sdpa", generate_stats=True, attn_scale=key.scale, **mask)
+            output(o, "o", q_dim, bshd_strides(sq, hq, d), offsets.get("q"))
+            output(stats, "stats", stats_dim, stats_stride, offsets.get("stats"), cudnn.data_type.FLOAT)
+        else:
+            o = tensor("o", q_dim, key.strides[3])
+            do = tensor("do", q_dim, key.strides[4])
+            stats = tensor("stats", stats_dim, stats_stride, cudnn.data_type.FLOAT)
+            if key.ragged:
+                for t, name in ((o, "q"), (do, "q"), (stats, "stats")):
+                    t.set_ragged_offset(offsets[name])
+                # Sizes the backward's float32 workspace by the real token count, not b × longest.
+                mask.update(max_total_seq_len_q=sum(key.lengths), max_total_seq_len_kv=sum(key.lengths))
+            dq, dk, dv = g.sdpa_backward(q, k, v, o, do, stats, name="sdpa_backward", attn_scale=key.scale, **mask)
+            output(dq, "dq", q_dim, bshd_strides(sq, hq, d), offsets.get("q"))
+            output(dk, "dk", kv_dim, bshd_strides(skv, hkv, d), offsets.get("kv"))
+            output(dv, "dv", kv_dim, bshd_strides(skv, hkv, d), offsets.get("kv"))
+        try:
+            g.validate()
+            g.build_operation_graph()
+            g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+            g.check_support()
+            g.build_plans()
+        except Exception as exc:  # noqa: BLE001 — classified just below
+            if not _refused(exc):
+                raise
+            what = "backward" if key.backward else "forward"
+            raise Unsupported(f"cudnn_fe: cuDNN ({_version()}) refused the {what} graph "
+                              f"({_describe(key)}): {type(exc).__name__}: {exc}") from exc
+        self.graph = g
+        self.workspace = torch.empty(max(1, g.get_workspace_size()), dtype=torch.uint8, device=dev)
+        self.plan = _plan_name(g)
+
+    def run(self, **buffers: torch.Tensor) -> None:
+        """Execute on the current stream: inputs and preallocated outputs by name."""
+        cudnn = _cudnn()
+        cudnn.set_stream(self.handle, torch.cuda.current_stream(torch.device(self.key.device)).cuda_stream)
+        pack = {self.t[name]: tensor for name, tensor in buffers.items()}
+        pack.update((self.t[name], tensor) for name, tensor in self.aux.items())
+        self.graph.execute(pack, self.workspace, handle=self.handle)
+
+
+def _mask_kwargs(cudnn, mask: CudnnMask) -> dict[str, Any]:
+    kwargs = mask.kwargs()
+    kwargs["diagonal_alignment"] = getattr(cudnn.diagonal_alignment, kwargs["diagonal_alignment"])
+    return kwargs
+
+
+def _describe(key: GraphKey) -> str:
+    layout = f"THD, {key.batch} sequences ≤ {key.seqlen_q}" if key.ragged else f"b={key.batch}, s={key.seqlen_q}"
+    return (f"{key.dtype}, {layout}, heads {key.heads_q}:{key.heads_kv}, d={key.head_dim}, "
+            f"{key.mask.alignment} band ({key.mask.left_bound}, {key.mask.right_bound})")
+
+
+def _plan_name(g) -> str | None:
+    try:  # notes only: which engine (backend plan or frontend Python engine) serves the graph
+        return str(g.get_plan_name_at_index(getattr(g, "_plan_index", 0)))
+    except Exception:  # noqa: BLE001
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def graph(key: GraphKey) -> Graph:
+    return Graph(key)
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel: a whole problem, forward and backward.
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Plan:
+    fwd: Graph
+    bwd: Graph | None
+    stats_shape: tuple[int, ...]  # packed: (tokens, heads, 1); else (b, heads, s, 1)
+
+    def forward(self, q, k, v):
+        out = torch.empty_like(q)
+        stats = torch.empty(self.stats_shape, dtype=torch.float32, device=q.device)
+        self.fwd.run(q=q, k=k, v=v, o=out, stats=stats)
+        return out, stats
+
+    def backward(self, q, k, v, out, stats, dout):
+        if self.bwd is None:
+            raise RuntimeError("cudnn_fe: no backward graph (prepare builds it for a backward problem)")
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        self.bwd.run(q=q, k=k, v=v, o=out, do=dout, stats=stats, dq=dq, dk=dk, dv=dv)
+        return dq, dk, dv
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, plan: Plan):
+        # The graphs are built for contiguous (b, s, h, d) tensors (a no-op for such inputs).
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        out, stats = plan.forward(q, k, v)
+        ctx.save_for_backward(q, k, v, out, stats)
+        ctx.plan = plan
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout):
+        q, k, v, out, stats = ctx.saved_tensors
+        dq, dk, dv = ctx.plan.backward(q, k, v, out, stats, dout.contiguous())
+        return dq, dk, dv, None
+
+
+class CudnnFrontend(Kernel):
+    name = "cudnn_fe"
+    description = "cuDNN SDPA graphs via nvidia-cudnn-frontend: causal, sliding window, THD documents natively"
+    devices = ("cuda",)
+    dtypes = (torch.bfloat16, torch.float16)  # cuDNN's SDPA (non-fp8) takes 16-bit inputs
+
+    def available(self) -> str | None:
+        _, error = _import()
+        if error:
+            return error
+        if not torch.cuda.is_available():
+            return "cudnn_fe needs a CUDA device (cuDNN's SDPA runs on NVIDIA GPUs); torch sees none"
+        return None
+
+    def supports_mask(self, problem: Problem) -> str | None:
+        return unsupported_reason(self.name, problem)
+
+    def prepare(self, problem: Problem) -> dict[str, Any]:
+        fwd = graph(problem_key(problem, backward=False))
+        bwd = graph(problem_key(problem, backward=True)) if problem.direction == "bwd" else None
+        key = fwd.key
+        if key.ragged:
+            stats_shape = (problem.batch * problem.seqlen, key.heads_q, 1)
+        else:
+            stats_shape = (key.batch, key.heads_q, key.seqlen_q, 1)
+        return {"plan": Plan(fwd, bwd, stats_shape), "diagonal_alignment": key.mask.alignment,
+                "left_bound": key.mask.left_bound, "right_bound": key.mask.right_bound,
+                "layout": "thd" if key.ragged else "bshd", "sequences": key.batch,
+                "fwd_plan": fwd.plan, "bwd_plan": bwd.plan if bwd else None, "version": _version()}
+
+    def forward(self, q, k, v, prepared):
+        return _Attention.apply(q, k, v, prepared["plan"])
+
+    def notes(self, prepared: dict[str, Any]) -> dict[str, Any]:
+        # None-valued entries (an unbounded side, no backward plan) say so explicitly.
+        return {k: v for k, v in prepared.items() if k != "plan"}
+
+    def lse_ops(self, device: torch.device):
+        if torch.device(device).type != "cuda" or self.available():
+            return None
+        return CudnnLseOps()
+
+
+# ---------------------------------------------------------------------------------------------
+# CP local kernel: one (query shard, key shard) block with its LSE.
+# ---------------------------------------------------------------------------------------------
+
+class CudnnLseOps(LseOps):
+    """cuDNN graphs on ``(b, h, s, d)`` blocks (KV heads expanded by the caller; views of any
+    strides: the graph is built for them, one per block shape, cached).  The stats cuDNN returns are
+    the natural-log LSE; the backward graph takes the CP's *global* output and LSE."""
+
+    modes = frozenset({"full", "causal"})
+
+    @staticmethod
+    def _key(q, k, causal, scale, strides, backward) -> GraphKey:
+        b, h, sq, d = q.shape
+        mask = band(causal, NO_WINDOW, sq, k.shape[2])
+        return GraphKey(str(q.device), str(q.dtype).removeprefix("torch."), backward, b, h, k.shape[1], sq,
+                        k.shape[2], d, mask, float(scale), tuple(tuple(t.stride()) for t in strides))
+
+    @staticmethod
+    def _bshd(like: torch.Tensor) -> torch.Tensor:
+        b, h, s, d = like.shape
+        return torch.empty(b, s, h, d, dtype=like.dtype, device=like.device).transpose(1, 2)
+
+    def forward(self, q, k, v, causal, bias, scale):
+        g = graph(self._key(q, k, causal, scale, (q, k, v), backward=False))
+        out = self._bshd(q)
+        b, h, s, _ = q.shape
+        stats = torch.empty(b, h, s, 1, dtype=torch.float32, device=q.device)
+        g.run(q=q, k=k, v=v, o=out, stats=stats)
+        return out, stats.squeeze(-1)
+
+    def backward(self, dout, q, k, v, out, lse, causal, bias, scale):
+        g = graph(self._key(q, k, causal, scale, (q, k, v, out, dout), backward=True))
+        dq, dk, dv = self._bshd(q), self._bshd(k), self._bshd(v)
+        # Rows with no key anywhere carry lse = +inf (BlockAttention.backward_lse): P = 0 there.
+        stats = lse.float().unsqueeze(-1).contiguous()
+        g.run(q=q, k=k, v=v, o=out, do=dout, stats=stats, dq=dq, dk=dk, dv=dv)
+        return dq, dk, dv
+
+
+register(CudnnFrontend())

@@ -43,7 +43,7 @@ WINDOW_MS = 10.0
 MAX_REPS = 10_000
 # Nothing timed for this long: the device may have dropped out of its sustained state (clocks fall
 # within a fraction of a second of idling), so the next warm-up is the long one.
-IDLE_GAP_S = 0.5
+IDLE_GAP_S = 3.0
 _last_busy: dict[str, float] = {}  # device -> when this process last finished timing on it
 
 

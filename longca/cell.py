@@ -141,8 +141,13 @@ def time_kernel(kernel: Kernel, problem: Problem, warmup: int, reps: int, warmup
                           warmup_max_ms=warmup_max_ms, rep_ms=rep_ms), prepared
 
 
-def _release(device: torch.device) -> None:
-    gc.collect()
+def _release(device: torch.device, collect: bool) -> None:
+    # A full gc pass costs ~0.1-0.3 s in a process holding torch.compile's and the kernel libraries'
+    # objects: paid per cell that is most of a small cell's time in a resident process.  A cell that
+    # returns normally leaves no cycles holding tensors (its inputs die with its closures); a failed
+    # one may (the traceback's frames), so only then.
+    if collect:
+        gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
 
@@ -188,7 +193,7 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
         else:
             failure = ("error", "".join(traceback.format_exception_only(type(exc), exc)).strip())
     # Outside the except block, so the traceback's frames (and their tensors) are gone before release.
-    _release(device)
+    _release(device, collect=failure is not None)
     if failure:
         row["status"], row["reason"] = failure
     row.update(env.collect(device))

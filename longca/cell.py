@@ -143,9 +143,9 @@ def time_kernel(kernel: Kernel, problem: Problem, warmup: int, reps: int, warmup
 
 def _release(device: torch.device, collect: bool) -> None:
     # A full gc pass costs ~0.1-0.3 s in a process holding torch.compile's and the kernel libraries'
-    # objects: paid per cell that is most of a small cell's time in a resident process.  A cell that
-    # returns normally leaves no cycles holding tensors (its inputs die with its closures); a failed
-    # one may (the traceback's frames), so only then.
+    # objects (0.3 s an unsupported cell on an H200 box): paid per cell that is most of a small
+    # cell's time in a resident process.  Tensors die with their references; only an exception's
+    # traceback frames make cycles that hold them, so only then.
     if collect:
         gc.collect()
     if device.type == "cuda":
@@ -160,6 +160,7 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
     row["kernel_options"] = json.dumps(spec.kernel_options, sort_keys=True)
     device = torch.device(spec.device)
     failure: tuple[str, str] | None = None
+    raised = False
     try:
         kernel = kernels.get(spec.kernel).with_options(spec.kernel_options)
         problem = spec.problem()
@@ -188,12 +189,13 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
     except Unsupported as exc:  # the library refused the problem when asked (e.g. building its graph)
         failure = ("unsupported", str(exc))
     except Exception as exc:  # noqa: BLE001 — every failure becomes a result row
+        raised = True
         if is_oom(exc):
             failure = ("oom", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         else:
             failure = ("error", "".join(traceback.format_exception_only(type(exc), exc)).strip())
     # Outside the except block, so the traceback's frames (and their tensors) are gone before release.
-    _release(device, collect=failure is not None)
+    _release(device, collect=raised)
     if failure:
         row["status"], row["reason"] = failure
     row.update(env.collect(device))

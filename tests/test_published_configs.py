@@ -17,7 +17,9 @@ def test_gpu_config_is_the_paper_scale_grid():
     assert (cfg["dtypes"], cfg["batch"], cfg["heads_q"], cfg["heads_kv"], cfg["head_dim"]) == \
         (["bfloat16"], 1, 64, 8, 128)
     assert set(cfg["directions"]) == {"fwd", "bwd"}
-    assert cfg["timing"]["warmup_ms"] == 1000  # the CUDA default
+    # The CUDA defaults: timed by budget, in a resident measuring process.
+    assert (cfg["timing"]["warmup_ms"], cfg["timing"]["warmup_max_ms"], cfg["timing"]["rep_ms"]) == (25, 1000, 100)
+    assert cfg["isolation"] == "resident"
     assert len(cfg["cp_strategies"]) == 6 and cfg["cp_sizes"] == [2]
 
 

@@ -38,9 +38,7 @@ _PROBLEM = [
     ("device", pa.string()),
     ("warmup", pa.int32()),
     ("warmup_ms", pa.float64()),
-    ("warmup_max_ms", pa.float64()),
     ("reps", pa.int32()),
-    ("rep_ms", pa.float64()),
     ("gate_seqlen", pa.int64()),
 ]
 _OUTCOME = [
@@ -61,7 +59,8 @@ _PROVENANCE = [("slurm_job_id", pa.string()), ("fingerprint", pa.string()), ("wa
 _ID = [("schema_version", pa.int32()), ("kind", pa.string()), ("cell_id", pa.string())]
 
 KERNEL_SCHEMA = pa.schema(
-    _ID + [("kernel", pa.string())] + _PROBLEM + _OUTCOME + [
+    _ID + [("kernel", pa.string())] + _PROBLEM + [("warmup_max_ms", pa.float64()), ("rep_ms", pa.float64())]
+    + _OUTCOME + [
         ("tflops", pa.float64()),
         ("tflops_p20", pa.float64()),
         ("tflops_p80", pa.float64()),

@@ -105,7 +105,7 @@ def _child(fn: Callable[[], Any], write_fd: int, memory_bytes: int | None, stdio
         os._exit(code)
 
 
-def _kill_group(pid: int) -> None:
+def kill_group(pid: int) -> None:
     for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
         try:
             target()
@@ -153,7 +153,7 @@ def call(fn: Callable[[], Any], *, timeout_s: float | None = None, memory_bytes:
             chunks.append(chunk)
     # Before reaping, while the child's pid (= its group id) cannot be reused: this kills a hung
     # child, and helpers a finished child left behind in its group.
-    _kill_group(pid)
+    kill_group(pid)
     _, status = os.waitpid(pid, 0)
     wall = time.monotonic() - started
     if timed_out:
@@ -161,6 +161,11 @@ def call(fn: Callable[[], Any], *, timeout_s: float | None = None, memory_bytes:
     if chunks:
         ok, value = pickle.loads(b"".join(chunks))
         return Outcome(value=value, returned=True, wall_s=wall) if ok else Outcome(error=value, wall_s=wall)
+    return died(status, wall)
+
+
+def died(status: int, wall_s: float) -> Outcome:
+    """The outcome of a process that ended without returning a value (``waitpid``'s status)."""
     if os.WIFSIGNALED(status):
-        return Outcome(signal=os.WTERMSIG(status), wall_s=wall)
-    return Outcome(exit_code=os.waitstatus_to_exitcode(status), wall_s=wall)
+        return Outcome(signal=os.WTERMSIG(status), wall_s=wall_s)
+    return Outcome(exit_code=os.waitstatus_to_exitcode(status), wall_s=wall_s)

@@ -117,11 +117,8 @@ class Lane:
                     return row
                 except (ConnectionError, OSError):
                     status = self._reap()
-                    outcome = (isolate.Outcome(signal=os.WTERMSIG(status), wall_s=time.monotonic() - started)
-                               if os.WIFSIGNALED(status) else
-                               isolate.Outcome(exit_code=os.waitstatus_to_exitcode(status),
-                                               wall_s=time.monotonic() - started))
-                    return outcome_row(msg["settings"], outcome, Limits(timeout_s=timeout))
+                    return outcome_row(msg["settings"], isolate.died(status, time.monotonic() - started),
+                                       Limits(timeout_s=timeout))
             if client in ready:  # the client can only hang up (it sends nothing more)
                 self._kill()
                 return None
@@ -154,11 +151,9 @@ class Lane:
 
     def _kill(self) -> None:
         if self.pid is not None:
-            for target in (lambda: os.killpg(self.pid, signal.SIGKILL), lambda: os.kill(self.pid, signal.SIGKILL)):
-                try:
-                    target()
-                except ProcessLookupError:
-                    pass
+            from .isolate import kill_group
+
+            kill_group(self.pid)
             self._reap()
 
     def _reap(self) -> int:

@@ -58,7 +58,7 @@ def test_timeout_kills_the_child_and_what_it_started(tmp_path):
 
     started = time.monotonic()
     out = isolate.call(hang, timeout_s=1.0)
-    assert out.timed_out and 1.0 <= time.monotonic() - started < 5
+    assert out.timed_out and 1.0 <= time.monotonic() - started < 60  # not the helper's 300 s
     helper = int(pidfile.read_text())
     time.sleep(0.2)
     # The helper (a grandchild) was killed with the child's process group; reaped by init or a zombie.

@@ -31,6 +31,11 @@ long grid can never push it into eager fallback (each Snakemake cell is its own 
         --compare-dense-up-to 8192 --budget-s 387 --out kernels.jsonl
     PYTHONPATH=. PYTHONUNBUFFERED=1 python benchmarks/bench_kernels.py --seqlens 32768 \\
         --masks block_sparse --kernels flex triton_block_sparse --out block_sparse.jsonl
+    # the workflow's own timing on a GPU (resident defaults, longca/config.py) against do_bench(25, 100)
+    # exactly as benchmarks/bench_pipeline.py calls it, alternated call by call on the same cells:
+    PYTHONPATH=. PYTHONUNBUFFERED=1 python benchmarks/bench_kernels.py --warmup 1 --reps 5 --min-reps 5 \
+        --warmup-ms 25 --warmup-max-ms 1000 --rep-ms 100 --loop-warmup-ms 25 --do-bench-defaults --rounds 4 \
+        --seqlens 32768 1024 --kernels sdpa_cudnn flex --directions fwd --out fidelity.jsonl
     # CPU smoke test of this script (tiny shapes, perf_counter instead of do_bench; add
     # triton_block_sparse with TRITON_INTERPRET=1 only at tiny sizes: the interpreter takes minutes):
     PYTHONPATH=. python benchmarks/bench_kernels.py --device cpu --seqlens 256 --shape 4 2 32 \\
@@ -77,10 +82,14 @@ class _Prepared:
         return self._prepared
 
 
-def _bare(fn: Callable[[], Any], device: str, est_ms: float, bare_reps: int, warmup_ms: float) -> float:
+def _bare(fn: Callable[[], Any], device: str, est_ms: float, bare_reps: int, warmup_ms: float,
+          do_bench_defaults: bool = False) -> float:
     """A bare timing loop's median, in ms: do_bench on CUDA, a perf_counter loop on CPU (smoke)."""
     if device == "cuda":
         from triton.testing import do_bench
+
+        if do_bench_defaults:  # the bare loop of benchmarks/bench_pipeline.py, call for call
+            return do_bench(fn, warmup=25, rep=100, return_mode="median")
 
         # do_bench's warm-up and rep are milliseconds; it sizes its loops from its own estimate.  Its
         # warm-up is the harness loop's it alternates with (--loop-warmup-ms): same start for both.
@@ -115,10 +124,12 @@ def side_by_side(kernel_name: str, spec: CellSpec, cell_ms: float, args) -> dict
     flops = attention_flops(problem.mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch)
     harness_ms, bare_ms = [cell_ms], []
     for i in range(args.rounds):
-        bare_ms.append(_bare(fn, spec.device, cell_ms, args.bare_reps, args.loop_warmup_ms))
+        bare_ms.append(_bare(fn, spec.device, cell_ms, args.bare_reps, args.loop_warmup_ms,
+                              args.do_bench_defaults))
         if i < args.rounds - 1:
             # The harness's own function, its own fresh inputs (as in the cell), the prepared metadata reused.
-            t, _ = time_kernel(_Prepared(kernel, prepared), problem, spec.warmup, spec.reps, args.loop_warmup_ms)
+            t, _ = time_kernel(_Prepared(kernel, prepared), problem, spec.warmup, spec.reps, args.loop_warmup_ms,
+                               spec.warmup_max_ms, spec.rep_ms)
             harness_ms.append(t.median_ms)
     del q, k, v, grad_out, prepared, fn, out
     if spec.device == "cuda":
@@ -147,12 +158,20 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--warmup-ms", type=float, default=1000.0,
                     help="the cell warms up at least this long (GPU clocks settle after the idle gate)")
+    ap.add_argument("--warmup-max-ms", type=float, default=0.0,
+                    help="> 0: the workflow's budget timing (warm up until steady, at most this long; with "
+                         "--rep-ms), in the cell and in every later harness loop")
+    ap.add_argument("--rep-ms", type=float, default=0.0,
+                    help="> 0: harness loops repeat until this much time is filled (at least the reps)")
     ap.add_argument("--rounds", type=int, default=3,
                     help="bare loops, alternated with the harness's (the cell's loop + rounds - 1 more)")
     ap.add_argument("--loop-warmup-ms", type=float, default=25.0,
                     help="warm-up of each loop after the cell's (they run back to back), both methods")
     ap.add_argument("--bare-reps", type=float, default=3.0,
                     help="bare do_bench's rep budget in units of the cell's median (≥ 100 ms)")
+    ap.add_argument("--do-bench-defaults", action="store_true",
+                    help="bare loops are do_bench(warmup=25, rep=100, median), as benchmarks/bench_pipeline.py "
+                         "times the grid (instead of sized from the cell's median)")
     ap.add_argument("--max-bare-ms", type=float, default=2000.0,
                     help="no bare comparison for cells whose median is longer (too slow for the lease)")
     ap.add_argument("--compare-dense-up-to", type=int, default=None,
@@ -209,6 +228,7 @@ def main() -> int:
                                         batch=1, heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim,
                                         mask_params=MASKS.get(mask, {}), warmup=args.warmup, reps=reps,
                                         warmup_ms=args.warmup_ms if args.device == "cuda" else 0.0,
+                                        warmup_max_ms=args.warmup_max_ms, rep_ms=args.rep_ms,
                                         gate_seqlen=args.gate_seqlen, device=args.device,
                                         seed=1)  # seed 0 draws one 16K+ document: no packing below 32K
                         t0 = time.time()

@@ -31,9 +31,9 @@ rule all:
 
 
 # Once the jobs are planned (real runs only): the cell jobs report how the measurements go in one
-# line every 30 s (longca/progress.py).
+# line every 30 s (longca/execution/progress.py).
 onstart:
-    from longca import progress
+    from longca.execution import progress
 
     progress.start(planned_cell_jobs())
 
@@ -42,12 +42,12 @@ onstart:
 # give them failure rows naming the job's log, so the tables show them; their files stay missing,
 # so the next run resubmits exactly those cells.
 onerror:
-    from longca import lost_cells
+    from longca.execution import lost_cells
 
     lost_cells.record(CFG, KERNEL_CELLS, CP_CELLS, main_log=log)
 
 
 onsuccess:
-    from longca import lost_cells
+    from longca.execution import lost_cells
 
     lost_cells.clear()  # every cell has its own row now: the stand-ins of an earlier failed run go

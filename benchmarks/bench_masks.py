@@ -15,8 +15,8 @@ import statistics
 import time
 from typing import Callable
 
-from longca.mask_convert import block_sparsity
-from longca.masks import PATTERNS, build
+from longca.attention.mask_convert import block_sparsity
+from longca.attention.masks import PATTERNS, build
 
 
 def _times_ms(fn: Callable[[], object], repeats: int) -> list[float]:

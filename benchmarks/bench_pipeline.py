@@ -10,7 +10,7 @@ is measured twice, one right after the other:
 * by the workflow: ``snakemake <the chunk's cell files> --configfile config/gpu.yaml <overrides>
   --cores 8 --resources gpu=1``, as a user would run it (resident lanes, cache, one row per cell);
 * by a bare loop in this process: the project's own adapters and correctness gate, and the same
-  call (``longca.cell.timed_call``) timed with ``triton.testing.do_bench(warmup=25, rep=100,
+  call (``longca.execution.cell.timed_call``) timed with ``triton.testing.do_bench(warmup=25, rep=100,
   return_mode="median")``.
 
 Which of the two goes first alternates from chunk to chunk, so a drift of the GPU's state over the
@@ -112,8 +112,8 @@ def bare_cell(spec) -> dict:
     import torch
 
     from longca import kernels
-    from longca.cell import correctness_gate, is_oom, timed_call
-    from longca.flops import attention_flops
+    from longca.attention.flops import attention_flops
+    from longca.execution.cell import correctness_gate, is_oom, timed_call
 
     try:
         kernel = kernels.get(spec.kernel).with_options(spec.kernel_options)
@@ -130,7 +130,7 @@ def bare_cell(spec) -> dict:
 
             ms = triton.testing.do_bench(run, warmup=BARE_WARMUP_MS, rep=BARE_REP_MS, return_mode="median")
         else:  # a CPU smoke test of this script: no do_bench there
-            from longca import timing
+            from longca.execution import timing
 
             ms = timing.measure(run, device=problem.device, warmup=spec.warmup, reps=spec.reps).median_ms
         flops = attention_flops(problem.mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch)
@@ -156,7 +156,7 @@ def compile_caches(work: Path, side: str) -> dict[str, str]:
 
 
 def run_bare(cfg: dict, cells) -> tuple[float, dict]:
-    from longca.cell import CellSpec
+    from longca.execution.cell import CellSpec
 
     started = time.perf_counter()
     rows = {}

@@ -2,14 +2,14 @@
 
 For each seqlen × mask (block_sparse at several block densities, non-causal and causal, and the
 plain causal mask) × direction: our kernel (``triton_block_sparse``) and FlexAttention given the
-equivalent ``BlockMask`` (``longca.mask_convert.block_mask``, 128×128 tiles) run on the same
+equivalent ``BlockMask`` (``longca.attention.mask_convert.block_mask``, 128×128 tiles) run on the same
 inputs.  Outputs (and dq/dk/dv for bwd) are first compared with each other (relative L2; a case
 whose error exceeds ``--tol`` is reported, not timed as a win), then both are timed with
 ``triton.testing.do_bench`` (median, L2 flushed by do_bench).  SDPA flash on the dense problems
 (full, and causal via ``is_causal``) is timed once per seqlen for scale.
 
 FLOPs are counted on attended pairs only, next to where they divide the time:
-``longca.flops.attention_flops(mask, heads_q, head_dim, direction)`` = 4·area·heads·d (fwd),
+``longca.attention.flops.attention_flops(mask, heads_q, head_dim, direction)`` = 4·area·heads·d (fwd),
 × 2.5 (bwd).  Every case is independent: a failure (compile error, OOM …) prints its reason in the
 table and the run goes on.  Prints a markdown table; ``--out`` also writes JSON lines.
 
@@ -33,8 +33,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from longca import mask_convert, masks
-from longca.flops import attention_flops
+from longca.attention import mask_convert, masks
+from longca.attention.flops import attention_flops
 from longca.kernels import triton_block_sparse as tbs
 
 BATCH, HEADS_Q, HEADS_KV, HEAD_DIM = 1, 64, 8, 128
@@ -148,7 +148,7 @@ def run_case(label: str, pattern: str, params: dict[str, Any], seqlen: int, dire
             del g_ours, g_flex
         row["checked_against"] = "flex"
     else:
-        from longca import reference
+        from longca.attention import reference
 
         with torch.no_grad():
             ref = reference.attention(q[:, :, :1].float(), k[:, :, :1].float(), v[:, :, :1].float(), mask)

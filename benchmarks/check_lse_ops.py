@@ -3,7 +3,7 @@
 What a CP strategy does with a local kernel, without a process group: a mask's slices as the
 pieces the kernel takes (full rectangles, square causal triangles), each run through the kernel's
 attention-with-LSE, merged by LSE, then the backward of every piece from the *global* output and
-LSE.  Output, LSE and dq/dk/dv are compared with ``longca.reference`` (relative L2 error, the
+LSE.  Output, LSE and dq/dk/dv are compared with ``longca.attention.reference`` (relative L2 error, the
 cell gate's tolerances).  A mask a kernel's pieces cannot express is reported ``unsupported``.
 
     PYTHONPATH=. python benchmarks/check_lse_ops.py --kernels cudnn_fe flash_attn4 sdpa_cudnn
@@ -18,10 +18,10 @@ import sys
 
 import torch
 
-from longca import masks, reference
-from longca.cell import GATE_TOLERANCE
+from longca.attention import masks, reference
 from longca.cp.blocks import Span, restrict
 from longca.cp.local import BlockAttention
+from longca.execution.cell import GATE_TOLERANCE
 from longca.kernels.base import Unsupported
 
 DOCS = {"histogram": {"edges": [16, 64, 200], "weights": [1, 1]}}

@@ -15,10 +15,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from longca import ceilings as ceilings_mod
 from longca import config as config_mod
-from longca import plots, results
-from longca.report import Figures, render
+from longca.execution import ceilings as ceilings_mod
+from longca.results import parquet as results
+from longca.results import plots
+from longca.results.report import Figures, render
 
 
 def main() -> int:

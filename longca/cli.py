@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from . import progress  # light (no torch): run-cell's worker client must start fast
+from .execution import progress  # light (no torch): run-cell's worker client must start fast
 
 
 # CellSpec's fields, for building settings from flags without importing torch (the worker client
@@ -23,14 +23,14 @@ def _flag_settings(args: argparse.Namespace) -> dict:
 
 
 def _run_cell(args: argparse.Namespace) -> int:
-    from .atomic import write_json_atomic
+    from .execution.atomic import write_json_atomic
 
     settings = json.loads(args.settings) if args.settings else _flag_settings(args)
     # The workflow's naming (the cell's file path under results/cells/kernels/).
     cell_id = args.cell_id or "{kernel}/{mask}/{dtype}_{direction}_{seqlen}".format(**settings)
     timeout = args.timeout or None
     if args.isolation in ("worker", "resident"):
-        from .worker import WorkerError
+        from .execution.worker import WorkerError
 
         request = _client_request(args.isolation)
         try:
@@ -40,7 +40,7 @@ def _run_cell(args: argparse.Namespace) -> int:
             print(f"longca run-cell: {exc}", file=sys.stderr)
             return 2
     elif args.isolation == "fork":
-        from .runner import Limits, measure, preload
+        from .execution.runner import Limits, measure, preload
 
         preload()  # once, here, rather than in the child and again for the fingerprint
         row = measure(settings, cell_id=cell_id, threads=args.threads,
@@ -48,8 +48,8 @@ def _run_cell(args: argparse.Namespace) -> int:
     else:  # in this process: for a debugger; a crash here is a crash
         import torch
 
-        from .cell import CellSpec, run_cell
-        from .runner import _fingerprint
+        from .execution.cell import CellSpec, run_cell
+        from .execution.runner import _fingerprint
 
         if args.threads:
             torch.set_num_threads(args.threads)
@@ -64,27 +64,27 @@ def _run_cell(args: argparse.Namespace) -> int:
     summary = f"{row['cell_id']}: {row['status']}"
     summary += f" {row['tflops']:.3f} TFLOPs/s" if row["status"] == "ok" else f" ({row['reason']})"
     print(summary, file=sys.stderr)
-    progress.record(cell_id, row)  # the run's progress line (longca/progress.py); nothing outside a run
+    progress.record(cell_id, row)  # the run's progress line (longca/execution/progress.py); nothing outside a run
     return 0  # a failed cell is a result, not a failed command
 
 
 def _client_request(isolation: str):
     """The thin client for a warm measuring server; neither imports torch."""
     if isolation == "resident":
-        from .resident import request
+        from .execution.resident import request
     else:
-        from .worker import request
+        from .execution.worker import request
     return request
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from .worker import serve
+    from .execution.worker import serve
 
     return serve(args.socket, args.idle)
 
 
 def _lane(args: argparse.Namespace) -> int:
-    from .resident import serve
+    from .execution.resident import serve
 
     return serve(args.socket, args.device, args.idle)
 
@@ -104,7 +104,7 @@ def _check(args: argparse.Namespace) -> int:
     from . import kernels
 
     args.device = args.device or ("cuda" if _cuda_available() else "cpu")
-    from .check import check, check_masks, format_table
+    from .execution.check import check, check_masks, format_table
 
     names = args.kernels or [n for n in kernels.names()
                              if not kernels.get(n).available() and args.device in kernels.get(n).devices]
@@ -117,7 +117,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _aggregate(args: argparse.Namespace) -> int:
-    from .results import aggregate
+    from .results.parquet import aggregate
 
     table = aggregate(args.cells, args.out)
     print(f"{args.out}: {table.num_rows} rows", file=sys.stderr)
@@ -131,7 +131,7 @@ def _cuda_available() -> bool:
 
 
 def _cp_cell(args: argparse.Namespace) -> int:
-    from .cp.launch import run
+    from .execution.cp_launch import run
 
     settings = json.loads(args.settings)
     cell_id = args.cell_id or "{strategy}/{mask}/{dtype}_{direction}_{seqlen}_cp{cp_size}".format(**settings)
@@ -141,7 +141,7 @@ def _cp_cell(args: argparse.Namespace) -> int:
     summary += (f" {row['tflops_per_gpu']:.3f} TFLOPs/s per GPU" if row["status"] == "ok"
                 else f" ({row['reason']})")
     print(summary, file=sys.stderr)
-    progress.record(cell_id, row)  # the run's progress line (longca/progress.py); nothing outside a run
+    progress.record(cell_id, row)  # the run's progress line (longca/execution/progress.py); nothing outside a run
     return 0
 
 

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import jsonschema
 import yaml
 
-from . import masks
+from .attention import masks
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -47,7 +47,7 @@ def load_schema(path: Path = SCHEMA_PATH) -> dict:
 @dataclass(frozen=True)
 class MaskEntry:
     name: str      # the label cells and figures use
-    pattern: str   # the builder in longca.masks.PATTERNS
+    pattern: str   # the builder in longca.attention.masks.PATTERNS
     params: dict
 
 
@@ -66,10 +66,10 @@ def mask_entries(config: dict) -> list[MaskEntry]:
     return entries
 
 
-# Defaults by device when the config sets none.  A GPU kernel cell is timed by budget (longca.timing):
+# Defaults by device when the config sets none.  A GPU kernel cell is timed by budget (longca.execution.timing):
 # a warm-up of at least 25 ms that goes on until the device is steady (at most 1 s), then repetitions
 # filling 100 ms (do_bench's warm-up and rep times), in a resident process that keeps the CUDA
-# context, libraries and compiled kernels across cells (longca.resident).  A CPU has no boost-clock
+# context, libraries and compiled kernels across cells (longca.execution.resident).  A CPU has no boost-clock
 # transient and its cells are cheap to fork: counts only, one forked child per cell.
 DEVICE_DEFAULTS = {
     "cpu": {"timing": {"warmup_ms": 0.0, "warmup_max_ms": 0.0, "rep_ms": 0.0}, "isolation": "worker"},
@@ -162,7 +162,7 @@ def _inline_histograms(config: dict) -> None:
 
     So the cells' settings (their cache key) change when the file's content changes, and a cell
     needs no file at run time (cluster jobs may run elsewhere)."""
-    from . import varlen
+    from .attention import varlen
 
     for i, item in enumerate(config["masks"]):
         params = item.get("params", {}) if isinstance(item, dict) else {}

@@ -1,4 +1,4 @@
-# Cell rows → one Parquet table per kind (schema: longca.results, docs/results-schema.md).
+# Cell rows → one Parquet table per kind (schema: longca.results.parquet, docs/results-schema.md).
 
 
 localrules:

@@ -3,8 +3,8 @@ import functools
 import json
 
 from longca import config as longca_config
-from longca import gpu_slots
-from longca.fingerprint import cp_fingerprint, kernel_fingerprint
+from longca.execution import gpu_slots
+from longca.execution.fingerprint import cp_fingerprint, kernel_fingerprint
 
 # Validated before any job starts; a bad key stops here with a message naming it.
 CFG = longca_config.validate(config)
@@ -14,7 +14,7 @@ MASK_NAMES = [entry.name for entry in longca_config.mask_entries(CFG)]
 PYTHON = sys.executable
 # Isolation and limits reach run-cell as flags, not params: a limit is not part of any cache key.
 LIMIT_FLAGS = longca_config.cell_limits(CFG)
-# GPU cells: one slot per device (longca.gpu_slots picks the device; this only sizes the concurrency).
+# GPU cells: one slot per device (longca.execution.gpu_slots picks the device; this only sizes the concurrency).
 # Under a cluster executor (SLURM) the jobs run on other machines: the submit host needs no GPU, and
 # `gpus` (default 1) is what each node offers a kernel cell job.
 if workflow.local_exec:
@@ -48,7 +48,7 @@ def cached_kernel_fingerprint(kernel: str) -> str:
     return kernel_fingerprint(kernel)
 
 
-# Resident lanes (longca.resident) measure each device's cells one at a time in a long-lived process;
+# Resident lanes (longca.execution.resident) measure each device's cells one at a time in a long-lived process;
 # the cell's job is then a thin client that waits on the device's slot, so locally it takes one core
 # and no `gpu` resource: Snakemake keeps several clients in flight and the next cell is already
 # queued when one finishes (CP cells take the GPU slots themselves, so they still never share a GPU

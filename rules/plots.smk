@@ -1,9 +1,9 @@
-# The machine's ceilings, then the figures (scripts under workflow/scripts call longca.ceilings and
-# longca.plots; captions under workflow/report/ serve `snakemake --report`).
+# The machine's ceilings, then the figures (scripts under workflow/scripts call longca.execution.ceilings and
+# longca.results.plots; captions under workflow/report/ serve `snakemake --report`).
 import hashlib
 from pathlib import Path
 
-from longca.fingerprint import files_fingerprint
+from longca.execution.fingerprint import files_fingerprint
 
 
 def code_fingerprint(*paths: str) -> str:
@@ -15,7 +15,7 @@ def code_fingerprint(*paths: str) -> str:
     return h.hexdigest()[:16]
 
 
-PLOT_CODE = code_fingerprint("longca/plots.py", "longca/ceilings.py")
+PLOT_CODE = code_fingerprint("longca/results/plots.py", "longca/execution/ceilings.py")
 # CP figures exist once CP cells do (one per mask the CP grid covers); with none, the report says so.
 CP_MASKS = [m for m in MASK_NAMES if m in {getattr(c, "mask", m) for c in CP_CELLS}] if CP_CELLS else []
 
@@ -37,7 +37,7 @@ rule ceilings:
     params:
         device=CFG["device"],
         dtypes=CFG["dtypes"],
-        fingerprint=files_fingerprint([Path(workflow.basedir, "longca", f) for f in ("ceilings.py", "timing.py")]),
+        fingerprint=files_fingerprint([Path(workflow.basedir, "longca", "execution", f) for f in ("ceilings.py", "timing.py")]),
     threads: MEASURE_THREADS
     resources:
         **GPU_JOB_RESOURCES,

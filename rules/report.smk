@@ -6,7 +6,7 @@ localrules:
     html_report,
 
 
-REPORT_CODE = code_fingerprint("longca/report.py", "workflow/templates/report.html.j2",
+REPORT_CODE = code_fingerprint("longca/results/report.py", "workflow/templates/report.html.j2",
                                "workflow/templates/report_env_table.html.j2")
 
 

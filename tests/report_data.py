@@ -1,6 +1,6 @@
 """Synthetic result tables for the plot and report tests (never for docs: the numbers are made up).
 
-Rows go through the real schemas (``longca.results.to_table``), so the DataFrames have the columns
+Rows go through the real schemas (``longca.results.parquet.to_table``), so the DataFrames have the columns
 and types the Parquet tables have."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 
 import pandas as pd
 
-from longca.results import CP_SCHEMA, KERNEL_SCHEMA, to_table
+from longca.results.parquet import CP_SCHEMA, KERNEL_SCHEMA, to_table
 
 SHAPE = {"batch": 1, "heads_q": 4, "heads_kv": 2, "head_dim": 16}
 # Status of the cells that fail (kernel, mask, seqlen, direction) -> (status, reason)

@@ -5,11 +5,11 @@ import random
 import pytest
 import torch
 
-from longca import masks
+from longca.attention import masks
+from longca.attention.masks import AttnMask
 from longca.cp import layout as layouts
 from longca.cp.blocks import Span, restrict
 from longca.cp.local import BlockAttention, merge_into, to_pieces
-from longca.masks import AttnMask
 
 PATTERNS = ["full", "causal", "sliding_window", "sliding_window_causal", "varlen_full", "varlen_causal",
             "shared_question", "causal_blockwise", "prefix_lm_causal", "prefix_lm_varlen",
@@ -117,7 +117,7 @@ def test_merge_guards_rows_without_keys():
 @pytest.mark.parametrize("kernel", ["sdpa_math", "sdpa_flash"])
 def test_block_attention_pieces_match_reference(kernel):
     """A whole mask as one block: pieces + merge reproduce the exact reference, forward and backward."""
-    from longca import reference
+    from longca.attention import reference
 
     torch.manual_seed(0)
     for name in ("causal", "sliding_window", "varlen_causal", "global_sliding_window"):
@@ -140,8 +140,8 @@ def test_block_attention_pieces_match_reference(kernel):
 
 
 def test_flash_without_mask_tensor_is_unsupported_for_diagonal_pieces():
+    from longca.attention.masks import AttnSlice
     from longca.cp.base import Unsupported
-    from longca.masks import AttnSlice
 
     with pytest.raises(Unsupported, match="bi_causal"):
         to_pieces([AttnSlice(0, 4, 0, 8, "bi_causal")], frozenset({"full", "causal"}), "sdpa_flash")

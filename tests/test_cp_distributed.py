@@ -40,7 +40,7 @@ def test_every_strategy_matches_the_reference(tmp_path, world, seqlen):
 
 @pytest.mark.slow
 def test_hung_collective_is_a_timeout_row(tmp_path):
-    from longca.cp.launch import run
+    from longca.execution.cp_launch import run
 
     env_before = os.environ.get("LONGCA_TEST_KERNELS")
     os.environ["LONGCA_TEST_KERNELS"] = "1"
@@ -59,7 +59,7 @@ def test_hung_collective_is_a_timeout_row(tmp_path):
 
 @pytest.mark.slow
 def test_crashed_job_still_writes_a_row(tmp_path):
-    from longca.cp.launch import run
+    from longca.execution.cp_launch import run
 
     # cp_size 3 with a mask whose settings make every rank raise before any collective is fine;
     # an unknown strategy makes every rank exit with an error before writing anything.
@@ -72,7 +72,7 @@ def test_crashed_job_still_writes_a_row(tmp_path):
 def test_time_based_warmup_keeps_ranks_in_step(tmp_path):
     """warmup_ms: each rank estimates its own extra warm-up calls; the cell only finishes (rather than
     hanging in a collective) if every rank makes the same number, the largest asked."""
-    from longca.cp.launch import run
+    from longca.execution.cp_launch import run
 
     settings = {"strategy": "ring", "mask": "causal", "seqlen": 512, "cp_size": 2, "heads_q": 4, "heads_kv": 2,
                 "head_dim": 16, "gate_seqlen": 128, "reps": 2, "warmup": 0, "warmup_ms": 150,

@@ -5,10 +5,10 @@ import json
 import pytest
 import torch
 
-from longca import masks
-from longca.cell import CellSpec, run_cell
+from longca.attention import masks
+from longca.attention.problem import Problem
 from longca.config import ConfigError, cell_settings, validate
-from longca.problem import Problem
+from longca.execution.cell import CellSpec, run_cell
 
 # A "shared question" shape written by hand: question (first quarter) causal, three answers each
 # causal and attending the whole question.

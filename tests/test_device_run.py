@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-
 from snakemake_run import REPO
 
 SCRIPT = REPO / "benchmarks" / "device_run.sh"

@@ -1,7 +1,7 @@
 import pytest
 
-from longca import masks
-from longca.flops import attention_flops
+from longca.attention import masks
+from longca.attention.flops import attention_flops
 
 
 @pytest.mark.parametrize("seqlen", [1, 7, 512, 1000])

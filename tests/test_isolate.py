@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from longca import isolate, runner
+from longca.execution import isolate, runner
 
 SETTINGS = {"mask": "causal", "seqlen": 64, "direction": "fwd", "dtype": "float32", "batch": 1,
             "heads_q": 2, "heads_kv": 2, "head_dim": 16, "gate_seqlen": 64, "warmup": 1, "reps": 2,
@@ -99,7 +99,7 @@ CASES = [  # kernel, limits, status, reason
 # as `longca run-cell` and the worker do.
 MEASURE_CASES = """
 import json, os, sys
-from longca import runner
+from longca.execution import runner
 devnull = os.open(os.devnull, os.O_WRONLY)
 rows = [runner.measure({**settings, "kernel": kernel}, cell_id=f"{kernel}/x", threads=1,
                        limits=runner.Limits(**limits), stdio=(devnull, devnull))

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from longca import kernels
-from longca.cell import CellSpec, run_cell
-from longca.check import check, check_masks
+from longca.attention.problem import Problem
+from longca.execution.cell import CellSpec, run_cell
+from longca.execution.check import check, check_masks
 from longca.kernels._flash_masks import flash_mask
-from longca.problem import Problem
 
 CPU_KERNELS = [n for n in kernels.names()
                if "cpu" in kernels.get(n).devices and not kernels.get(n).available() and not n.startswith("test_")]

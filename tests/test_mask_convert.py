@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from longca import mask_convert as mc
-from longca.masks import PATTERNS, MaskError, build, from_slices, pattern_params
+from longca.attention import mask_convert as mc
+from longca.attention.masks import PATTERNS, MaskError, build, from_slices, pattern_params
 
 try:  # the oracles' small parameters; tests/ may or may not be a package
     from tests.test_masks import SMALL

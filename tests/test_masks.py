@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from longca.masks import (PATTERNS, AttnMask, AttnSlice, MaskError, SliceKind, build,
-                          check_disjoint, from_slices, pattern_params)
+from longca.attention.masks import (
+    PATTERNS,
+    AttnMask,
+    AttnSlice,
+    MaskError,
+    SliceKind,
+    build,
+    check_disjoint,
+    from_slices,
+    pattern_params,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Oracles: (i, j) grids and per-token document ids, straight from the formulas in docs/masks.md.

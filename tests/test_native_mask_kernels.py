@@ -9,15 +9,15 @@ import pytest
 import torch
 
 from longca import kernels
-from longca.cell import CellSpec, run_cell
-from longca.check import check
+from longca.attention.masks import AttnSlice, SliceKind
+from longca.attention.problem import Problem
 from longca.cp import local
+from longca.execution.cell import CellSpec, run_cell
+from longca.execution.check import check
 from longca.kernels import cudnn_frontend as cf
 from longca.kernels import flash_attn, flex
 from longca.kernels._flash_masks import NO_WINDOW, SUPPORTED, flash_mask
 from longca.kernels.base import Unsupported
-from longca.masks import AttnSlice, SliceKind
-from longca.problem import Problem
 
 NEW = ("cudnn_fe", "flex_flash", "flash_attn4")
 

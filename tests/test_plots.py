@@ -7,7 +7,7 @@ import pytest
 import report_data as rd
 from matplotlib.patches import Rectangle
 
-from longca import plots
+from longca.results import plots
 
 
 def _markers(fig):

@@ -5,9 +5,9 @@ import re
 import pytest
 from snakemake_run import snakemake, write_config
 
-from longca import progress
-from longca.progress import Record, summary
-from longca.results import load
+from longca.execution import progress
+from longca.execution.progress import Record, summary
+from longca.results.parquet import load
 
 PROGRESS_LINE = re.compile(r"^longca progress: (\d+)/(\d+) cells · ok (\d+) · unsupported (\d+) · failed (\d+)(.*)$",
                            re.M)

@@ -3,8 +3,10 @@
 import subprocess
 import sys
 
-from longca import config, kernels, masks
 from snakemake_run import REPO
+
+from longca import config, kernels
+from longca.attention import masks
 
 
 def test_gpu_config_is_the_paper_scale_grid():

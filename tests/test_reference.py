@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from longca import masks, reference
+from longca.attention import masks, reference
 
 
 def naive(q, k, v, allowed):

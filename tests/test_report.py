@@ -11,7 +11,7 @@ import matplotlib.image as mpimg
 import pytest
 import report_data as rd
 
-from longca import plots, report
+from longca.results import plots, report
 
 HOSTILE_CONFIG = {"kernels": ["fast_kernel"], "masks": ["causal"], "note": "</pre><script>alert(1)</script>",
                   "kernel_options": {"fast_kernel": {"mode": "<b onmouseover=alert(2)>x</b>"}},

@@ -10,7 +10,7 @@ import report_data as rd
 from browser import Chromium, chromium  # noqa: F401 — chromium is a fixture
 from PIL import Image
 
-from longca import plots, report
+from longca.results import plots, report
 
 pytestmark = pytest.mark.slow
 WIDTH, HEIGHT = 1280, 900

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from longca import resident
+from longca.execution import resident
 
 SETTINGS = {"mask": "causal", "seqlen": 64, "direction": "fwd", "dtype": "float32", "batch": 1,
             "heads_q": 2, "heads_kv": 2, "head_dim": 16, "gate_seqlen": 64, "warmup": 1, "reps": 2,

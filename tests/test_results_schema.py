@@ -6,7 +6,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from longca import results
+from longca.results import parquet as results
 
 DOC = (Path(__file__).resolve().parent.parent / "docs" / "results-schema.md").read_text()
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from slurm_cluster import Cluster
 
 REPO = Path(__file__).resolve().parent.parent

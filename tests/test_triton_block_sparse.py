@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 import torch
 
-from longca import kernels, masks, reference
-from longca.cell import CellSpec, run_cell
-from longca.mask_convert import block_sparsity
-from longca.problem import Problem
-
+from longca import kernels
+from longca.attention import masks, reference
+from longca.attention.mask_convert import block_sparsity
+from longca.attention.problem import Problem
+from longca.execution.cell import CellSpec, run_cell
 from longca.kernels import triton_block_sparse as tbs  # noqa: E402  (imports no triton)
 from longca.kernels.triton_block_sparse import Config, build_layout  # noqa: E402
 

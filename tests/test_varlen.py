@@ -6,12 +6,12 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from longca import varlen
-from longca.masks import MaskError
-from longca.varlen import (DEFAULT_HISTOGRAM, Histogram, load_histogram, long_mixture,
-                           sample_documents)
+from longca.attention import varlen
+from longca.attention.masks import MaskError
+from longca.attention.varlen import DEFAULT_HISTOGRAM, Histogram, load_histogram, long_mixture, sample_documents
 
 
 @settings(max_examples=60, deadline=None)

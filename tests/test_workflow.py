@@ -11,9 +11,9 @@ from browser import Chromium, chromium  # noqa: F401 — chromium is a fixture
 from PIL import Image
 from snakemake_run import snakemake as run_snakemake
 
-from longca import masks
-from longca.flops import attention_flops
-from longca.results import load
+from longca.attention import masks
+from longca.attention.flops import attention_flops
+from longca.results.parquet import load
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ import pyarrow.parquet as pq
 import pytest
 from snakemake_run import snakemake, write_config
 
-from longca.results import CP_SCHEMA, load
+from longca.results.parquet import CP_SCHEMA, load
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import time
 import pytest
 from snakemake_run import REPO, cell_files, command, planned_cells, snakemake, write_config
 
-from longca.results import load
+from longca.results.parquet import load
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,8 @@ import sys
 import torch
 import torch.distributed as dist
 
-from ..atomic import write_json_atomic
-from .runner import CPSpec, run_cell
+from ..execution.atomic import write_json_atomic
+from ..execution.cp_cell import CPSpec, run_cell
 
 
 def main(argv=None) -> int:

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..attention.masks import AttnMask
 from ..kernels.base import Unsupported  # one type: a strategy's refusal and its local kernel's are alike
-from ..masks import AttnMask
 
 __all__ = ["Strategy", "Unsupported"]
 

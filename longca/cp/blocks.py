@@ -19,7 +19,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from ..masks import AttnMask, AttnSlice, SliceKind
+from ..attention.masks import AttnMask, AttnSlice, SliceKind
 
 
 @dataclass(frozen=True)

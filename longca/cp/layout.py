@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..masks import AttnMask
+from ..attention.masks import AttnMask
 from .blocks import Span, shard_length, spans_from_ranges
 
 

@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 import torch
 
 from .. import kernels
-from ..masks import AttnSlice, SliceKind
+from ..attention.masks import AttnSlice, SliceKind
 from .base import Unsupported
 
 

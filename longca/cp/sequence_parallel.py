@@ -15,8 +15,9 @@ import functools
 
 import torch
 
-from ..masks import AttnMask
-from . import a2a, layout as layouts
+from ..attention.masks import AttnMask
+from . import a2a
+from . import layout as layouts
 from .base import Strategy, Unsupported
 from .blocks import Span, area, restrict
 from .comm import Comm, grid_groups, new_subgroup

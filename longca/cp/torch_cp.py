@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..masks import SliceKind
+from ..attention.masks import SliceKind
 from . import layout as layouts
 from . import register
 from .base import Strategy, Unsupported

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..problem import Problem
+from ..attention.problem import Problem
 
 NO_WINDOW = (-1, -1)
 

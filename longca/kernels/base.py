@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..problem import Problem
+from ..attention.problem import Problem
 
 
 class Unsupported(Exception):

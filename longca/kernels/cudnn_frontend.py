@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from ..problem import Problem
+from ..attention.problem import Problem
 from . import register
 from ._flash_masks import NO_WINDOW, FlashMask, flash_mask, unsupported_reason
 from ._lse_ops import LseOps

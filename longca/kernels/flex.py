@@ -1,6 +1,6 @@
 """FlexAttention: one ``torch.compile``d kernel for every mask, driven by a ``BlockMask``.
 
-The ``BlockMask`` is built from the mask's slices (``longca.mask_convert.block_mask``, cached) in
+The ``BlockMask`` is built from the mask's slices (``longca.attention.mask_convert.block_mask``, cached) in
 ``prepare``, outside the timed region, and the compiled function is warmed on the problem's shape
 there too, so neither compilation nor block-mask construction is ever timed.  Tiles the mask does
 not touch are skipped by the kernel, so on a ``block_sparse`` mask this *is* block-sparse
@@ -29,8 +29,8 @@ from typing import Any, Iterator
 
 import torch
 
-from .. import mask_convert
-from ..problem import Problem
+from ..attention import mask_convert
+from ..attention.problem import Problem
 from . import register
 from .base import Kernel, Unsupported
 

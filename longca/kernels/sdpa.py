@@ -13,10 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..masks import SliceKind
-from . import _lse_ops
-from ..problem import Problem
-from . import register
+from ..attention.masks import SliceKind
+from ..attention.problem import Problem
+from . import _lse_ops, register
 from .base import Kernel
 
 

@@ -48,8 +48,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..masks import AttnMask, SliceKind
-from ..problem import Problem
+from ..attention.masks import AttnMask, SliceKind
+from ..attention.problem import Problem
 from . import register
 from .base import Kernel
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from .. import mask_convert
-from ..problem import Problem
+from ..attention import mask_convert
+from ..attention.problem import Problem
 from . import register
 from ._flash_masks import flash_mask, unsupported_reason
 from .base import Kernel

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..problem import Problem
+from ..attention.problem import Problem
 from . import register
 from ._flash_masks import NO_WINDOW, flash_mask
 from .base import Kernel

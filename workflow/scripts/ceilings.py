@@ -1,4 +1,4 @@
-# The machine's measured ceilings (longca.ceilings) on the cells' device, with the cells' threads.
+# The machine's measured ceilings (longca.execution.ceilings) on the cells' device, with the cells' threads.
 # On GPU the measurement takes a GPU slot like a cell does, so it never shares a device with one.
 import contextlib
 import os
@@ -8,13 +8,13 @@ sm = snakemake  # noqa: F821
 with open(sm.log[0], "w") as log, contextlib.redirect_stderr(log):
     slot = contextlib.nullcontext()
     if sm.params.device == "cuda":
-        from longca import gpu_slots
+        from longca.execution import gpu_slots
 
         # config `gpus` only says how many GPUs cells may use: not a param, so changing it reruns nothing.
         slot = gpu_slots.acquire(gpu_slots.visible_devices(sm.config.get("gpus") or 0))
         os.environ["CUDA_VISIBLE_DEVICES"] = slot.device  # before CUDA is initialised
     with slot:
-        from longca import ceilings
+        from longca.execution import ceilings
 
         result = ceilings.write(sm.params.device, list(sm.params.dtypes), sm.output[0], threads=sm.threads)
     for entry in result["matmul"]:

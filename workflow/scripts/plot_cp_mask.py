@@ -1,7 +1,7 @@
 # The per-mask CP figures: per-GPU TFLOPs/s against cp_size, and efficiency against one GPU.
-from longca import ceilings
-from longca.plots import cp_figures
-from longca.results import load
+from longca.execution import ceilings
+from longca.results.parquet import load
+from longca.results.plots import cp_figures
 
 sm = snakemake  # noqa: F821
 cp_figures(load(sm.input.cp), load(sm.input.kernels), sm.wildcards.mask, sm.output.scaling, sm.output.efficiency,

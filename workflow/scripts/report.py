@@ -1,7 +1,7 @@
 # The self-contained HTML report (a script: see aggregate.py for why not `run:`).
-from longca import ceilings
-from longca.report import Figures, render
-from longca.results import load
+from longca.execution import ceilings
+from longca.results.parquet import load
+from longca.results.report import Figures, render
 
 sm = snakemake  # noqa: F821
 figures = Figures(throughput=dict(zip(sm.params.masks, sm.input.throughput)),

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from longca.masks import AttnMask, AttnSlice, MaskError, SliceKind
+from longca.attention.masks import AttnMask, AttnSlice, MaskError, SliceKind
 
 MaskKey = tuple[str, int, int, tuple[tuple[int, int, int, int, str], ...]]
 

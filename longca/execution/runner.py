@@ -1,12 +1,12 @@
 """One cell's settings → its result row, whatever the measuring process does.
 
-The measurement (``longca.cell.run_cell``) runs in a forked child (``longca.isolate``); a child
+The measurement (``longca.execution.cell.run_cell``) runs in a forked child (``longca.execution.isolate``); a child
 that segfaults, aborts, hangs past the time limit or is killed for memory still yields a row, built
 here from the settings with the status and a reason.  GPU cells first take a GPU slot
-(``longca.gpu_slots``) and run with ``CUDA_VISIBLE_DEVICES`` set to it.
+(``longca.execution.gpu_slots``) and run with ``CUDA_VISIBLE_DEVICES`` set to it.
 
 Used both by ``longca run-cell --isolation fork`` (in the cell's own process) and by the warm
-worker (``longca.worker``), which forks one child per cell from a process that imported torch once.
+worker (``longca.execution.worker``), which forks one child per cell from a process that imported torch once.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def preload() -> None:
 
     import torch  # noqa: F401
 
-    from . import cell, fingerprint, kernels  # noqa: F401
+    from .. import kernels
+    from . import cell, fingerprint  # noqa: F401
 
     for family in pkgutil.iter_modules(kernels.__path__):
         try:

@@ -18,10 +18,12 @@ from typing import Any, Callable
 
 import torch
 
-from . import env, kernels, reference, timing
-from .flops import attention_flops
-from .kernels.base import Kernel, Unsupported
-from .problem import Problem, parse_dtype
+from .. import kernels
+from ..attention import reference
+from ..attention.flops import attention_flops
+from ..attention.problem import Problem, parse_dtype
+from ..kernels.base import Kernel, Unsupported
+from . import env, timing
 
 STATUSES = ("ok", "unsupported", "oom", "wrong", "error", "timeout")
 
@@ -52,12 +54,12 @@ class CellSpec:
     seed: int = 0
     warmup: int = 2
     reps: int = 5
-    warmup_ms: float = 0.0      # and warm up for at least this long (GPU clocks settle; longca.timing)
-    warmup_max_ms: float = 0.0  # > 0: warm up until steady, at most this long (longca.timing)
+    warmup_ms: float = 0.0      # and warm up for at least this long (GPU clocks settle; longca.execution.timing)
+    warmup_max_ms: float = 0.0  # > 0: warm up until steady, at most this long (longca.execution.timing)
     rep_ms: float = 0.0         # > 0: repeat until this much time is filled, at least ``reps`` times
     gate_seqlen: int = 512
     device: str = "cpu"
-    pattern: str | None = None  # the builder in longca.masks.PATTERNS; default: ``mask``
+    pattern: str | None = None  # the builder in longca.attention.masks.PATTERNS; default: ``mask``
     kernel_options: dict[str, Any] = field(default_factory=dict)  # config kernel_options[kernel]
 
     def problem(self) -> Problem:

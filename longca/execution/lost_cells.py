@@ -18,8 +18,8 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from . import config as longca_config
-from . import results
+from .. import config as longca_config
+from ..results import parquet as results
 from .atomic import write_json_atomic
 
 LOST_DIR = Path("results/lost")
@@ -72,7 +72,7 @@ def _reason(cell_path: str, known: dict[str, str]) -> str:
 
 def record(cfg: dict, kernel_cells: Iterable, cp_cells: Iterable, main_log=None) -> list[dict]:
     """Failure rows for the expected cells with no row; ``main_log``: Snakemake's log(s) of the run."""
-    from .cp.launch import failure_row as cp_failure_row
+    from .cp_launch import failure_row as cp_failure_row
     from .runner import failure_row as kernel_failure_row
 
     lost = []

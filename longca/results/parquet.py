@@ -16,7 +16,7 @@ from typing import Any, Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .atomic import write_json_atomic  # noqa: F401 — re-exported: rows are written through results
+from ..execution.atomic import write_json_atomic  # noqa: F401 — re-exported: rows are written through results
 
 SCHEMA_VERSION = 1
 CP_SCHEMA_VERSION = 1

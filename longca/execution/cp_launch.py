@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..atomic import write_json_atomic
+from .atomic import write_json_atomic
 
 # Ranks give up on a collective somewhat before the launcher kills them, so a hung collective is
 # reported by rank 0 with what it was doing.
@@ -95,7 +95,7 @@ def _local_gpu_slots(settings: dict) -> list:
     `gpu` resource, so the slots are what keeps them off a CP cell's GPUs."""
     if settings.get("device") != "cuda" or nodes_of(settings) > 1:
         return []
-    from .. import gpu_slots
+    from . import gpu_slots
 
     return gpu_slots.acquire_all(gpu_slots.visible_devices()[: int(settings["cp_size"])])
 

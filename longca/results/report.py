@@ -29,7 +29,7 @@ import yaml
 
 from .plots import DIRECTION_TITLES, STATUS_LABELS, STATUS_MARKERS, cp_efficiency, seqlen_label
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "workflow" / "templates"
+TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "workflow" / "templates"
 STATUS_ORDER = ["ok", "unsupported", "oom", "wrong", "error", "timeout"]
 REPORT_PACKAGES = ("longca", "torch", "snakemake", "pandas", "pyarrow", "matplotlib", "jinja2")
 
@@ -386,7 +386,7 @@ class Figures:
 
 
 def _empty_cp() -> pd.DataFrame:
-    from .results import CP_SCHEMA
+    from .parquet import CP_SCHEMA
 
     return CP_SCHEMA.empty_table().to_pandas()
 

@@ -12,12 +12,13 @@ import functools
 import hashlib
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parent.parent  # longca/: fingerprints name files relative to it
 
 # Shared measurement code, relative to the package.
-MEASUREMENT_CODE = ("masks.py", "varlen.py", "mask_convert.py", "problem.py", "reference.py",
-                    "flops.py", "timing.py", "cell.py", "env.py", "kernels/__init__.py",
-                    "kernels/base.py", "data/doclen_default.json")
+MEASUREMENT_CODE = ("attention/masks.py", "attention/varlen.py", "attention/mask_convert.py",
+                    "attention/problem.py", "attention/reference.py", "attention/flops.py",
+                    "attention/data/doclen_default.json", "execution/timing.py", "execution/cell.py",
+                    "execution/env.py", "kernels/__init__.py", "kernels/base.py")
 
 
 @functools.lru_cache(maxsize=None)
@@ -35,7 +36,7 @@ def files_fingerprint(paths) -> str:
 
 
 def kernel_fingerprint(kernel: str) -> str:
-    from . import kernels
+    from .. import kernels
 
     return files_fingerprint([PACKAGE / p for p in MEASUREMENT_CODE] + [kernels.source_file(kernel)])
 
@@ -43,9 +44,10 @@ def kernel_fingerprint(kernel: str) -> str:
 def cp_fingerprint(strategy: str, local_kernel: str | None = None) -> str:
     """A CP cell's code: the shared measurement code, the strategy's module and the CP machinery,
     and the local kernel's adapter with its attention-with-LSE ops."""
-    from . import cp, kernels
+    from .. import cp, kernels
 
-    files = [PACKAGE / p for p in MEASUREMENT_CODE] + cp.source_files(strategy) + [PACKAGE / "kernels" / "_lse_ops.py"]
+    files = ([PACKAGE / p for p in MEASUREMENT_CODE] + cp.source_files(strategy)
+             + [PACKAGE / "execution" / "cp_cell.py", PACKAGE / "kernels" / "_lse_ops.py"])
     if local_kernel:
         files.append(kernels.source_file(local_kernel))
     return files_fingerprint(files)

@@ -6,8 +6,8 @@ compilation, cuDNN plan selection and Inductor's compilation again: 1.4-19 s a c
 measurement itself takes a fraction of a second.  Here each device has one *lane*:
 
 * the client (``longca run-cell --isolation resident``; never imports torch) takes the device's
-  slot (``longca.gpu_slots``; the lane ``cpu`` for CPU cells), connects to the device's lane,
-  starting it on first use (``longca.worker.start_server``), hands over the cell's settings and
+  slot (``longca.execution.gpu_slots``; the lane ``cpu`` for CPU cells), connects to the device's lane,
+  starting it on first use (``longca.execution.worker.start_server``), hands over the cell's settings and
   its own stdout/stderr (the cell's log), and writes the row it gets back;
 * the lane (``longca lane``) is a supervisor: it imports torch once (never CUDA) and forks the
   *measuring process* on the first cell and again after one died.  It passes each cell on and

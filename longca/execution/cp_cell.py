@@ -20,12 +20,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .. import env, reference, timing
-from ..cell import _relative_error, is_oom
-from ..flops import attention_flops
-from ..problem import Problem, parse_dtype
-from . import build
-from .base import Unsupported
+from ..attention import reference
+from ..attention.flops import attention_flops
+from ..attention.problem import Problem, parse_dtype
+from ..cp import build
+from ..cp.base import Unsupported
+from . import env, timing
+from .cell import _relative_error, is_oom
 
 # The gate's tolerances on ‖x − ref‖ / ‖ref‖ (float64 reference), per dtype.  Partial blocks are
 # merged in float32, so fp32 keeps TF32-class error; bf16 pays one rounding of every operand and of
@@ -264,7 +265,7 @@ def run_cell(spec: CPSpec) -> dict[str, Any] | None:
 
 
 def _default_local_kernel(spec: CPSpec) -> str | None:
-    from . import get
+    from ..cp import get
 
     try:
         return get(spec.strategy).options.get("local_kernel")

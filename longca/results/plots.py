@@ -3,7 +3,7 @@
 Every builder takes the tables as pandas DataFrames and returns a ``matplotlib.figure.Figure``;
 ``save`` writes it atomically.  Kernel figures come from ``results/kernels.parquet``, CP figures
 from ``results/cp.parquet`` (plus the kernel table for the single-GPU baseline), machine ceilings
-from ``results/ceilings.json`` (``longca.ceilings``).  A cell that did not produce a number is
+from ``results/ceilings.json`` (``longca.execution.ceilings``).  A cell that did not produce a number is
 drawn where its bar or point would be, as its status's marker (``STATUS_MARKERS``); a wrong result
 is never drawn as a speed.
 """
@@ -23,7 +23,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from .ceilings import matmul_ceiling  # noqa: E402
+from ..execution.ceilings import matmul_ceiling  # noqa: E402
 
 # What a missing bar means, drawn where the bar would be.
 STATUS_MARKERS = {"unsupported": "X", "oom": "E", "wrong": "W", "error": "!", "timeout": "T"}

@@ -89,7 +89,8 @@ def main() -> None:
         for mask in args.masks.split(","):
             for direction in args.directions.split(","):
                 for local_kernel in args.local_kernels.split(","):
-                    base_spec = CPSpec("allgather", mask, tokens * world, world, direction, args.dtype, heads_q=64,
+                    base_spec = CPSpec(strategy="allgather", mask=mask, seqlen=tokens * world, cp_size=world,
+                                       direction=direction, dtype=args.dtype, heads_q=64,
                                        heads_kv=8, head_dim=128, mask_params=MASK_PARAMS.get(mask, {}), seed=1,
                                        warmup=args.warmup, reps=args.reps, gate_seqlen=args.gate_seqlen,
                                        device=args.device)

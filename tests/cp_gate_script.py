@@ -51,7 +51,8 @@ def main() -> None:
         for mask, params in masks.items():
             for dtype in ("float32", "bfloat16"):
                 for direction in ("fwd", "bwd"):
-                    spec = CPSpec(strategy, mask, seqlen, world, direction, dtype, heads_q=8, heads_kv=2,
+                    spec = CPSpec(strategy=strategy, mask=mask, seqlen=seqlen, cp_size=world, direction=direction,
+                                  dtype=dtype, heads_q=8, heads_kv=2,
                                   head_dim=16, mask_params=params, seed=3, strategy_options=options)
                     problem = spec.problem(torch.device("cpu"))
                     try:

@@ -21,7 +21,7 @@ import torch
 from .. import kernels
 from ..attention import reference
 from ..attention.flops import attention_flops
-from ..attention.problem import Problem, parse_dtype
+from ..attention.problem import Problem, ProblemSpec
 from ..kernels.base import Kernel, Unsupported
 from . import env, timing
 
@@ -37,43 +37,26 @@ GATE_TOLERANCE = {
 }
 
 
-@dataclass(frozen=True)
-class CellSpec:
-    """Everything that determines a kernel cell's number (besides the code)."""
+@dataclass(frozen=True, kw_only=True)
+class MeasuredSpec(ProblemSpec):
+    """A problem and how a cell measures it: the settings kernel and CP cells share."""
 
-    kernel: str
-    mask: str
-    seqlen: int
-    direction: str = "fwd"
-    dtype: str = "float32"
-    batch: int = 1
-    heads_q: int = 8
-    heads_kv: int = 8
-    head_dim: int = 64
-    mask_params: dict[str, Any] = field(default_factory=dict)
-    seed: int = 0
     warmup: int = 2
     reps: int = 5
     warmup_ms: float = 0.0      # and warm up for at least this long (GPU clocks settle; longca.execution.timing)
+    gate_seqlen: int = 512
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellSpec(MeasuredSpec):
+    """Everything that determines a kernel cell's number (besides the code)."""
+
+    SETTINGS_NAME = "cell"
+
+    kernel: str
     warmup_max_ms: float = 0.0  # > 0: warm up until steady, at most this long (longca.execution.timing)
     rep_ms: float = 0.0         # > 0: repeat until this much time is filled, at least ``reps`` times
-    gate_seqlen: int = 512
-    device: str = "cpu"
-    pattern: str | None = None  # the builder in longca.attention.masks.PATTERNS; default: ``mask``
     kernel_options: dict[str, Any] = field(default_factory=dict)  # config kernel_options[kernel]
-
-    def problem(self) -> Problem:
-        return Problem(self.pattern or self.mask, self.seqlen, self.batch, self.heads_q, self.heads_kv, self.head_dim,
-                       parse_dtype(self.dtype), torch.device(self.device), self.direction, self.seed,
-                       dict(self.mask_params))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CellSpec":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown cell setting(s): {', '.join(unknown)}")
-        return cls(**data)
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -22,11 +22,11 @@ import torch.distributed as dist
 
 from ..attention import reference
 from ..attention.flops import attention_flops
-from ..attention.problem import Problem, parse_dtype
+from ..attention.problem import Problem
 from ..cp import build
 from ..cp.base import Unsupported
 from . import env, timing
-from .cell import _relative_error, is_oom
+from .cell import MeasuredSpec, _relative_error, is_oom
 
 # The gate's tolerances on ‖x − ref‖ / ‖ref‖ (float64 reference), per dtype.  Partial blocks are
 # merged in float32, so fp32 keeps TF32-class error; bf16 pays one rounding of every operand and of
@@ -37,43 +37,17 @@ CP_GATE_TOLERANCE = {
 }
 
 
-@dataclass(frozen=True)
-class CPSpec:
-    """Everything that determines a CP cell's number (besides the code)."""
+@dataclass(frozen=True, kw_only=True)
+class CPSpec(MeasuredSpec):
+    """Everything that determines a CP cell's number (besides the code).  ``seqlen`` is the total
+    tokens; each rank holds seqlen / cp_size.  ``warmup_ms``: the same call count on every rank."""
+
+    SETTINGS_NAME = "CP cell"
 
     strategy: str
-    mask: str
-    seqlen: int                 # total tokens; each rank holds seqlen / cp_size
     cp_size: int
-    direction: str = "fwd"
-    dtype: str = "float32"
-    batch: int = 1
-    heads_q: int = 8
-    heads_kv: int = 8
-    head_dim: int = 64
-    mask_params: dict[str, Any] = field(default_factory=dict)
-    seed: int = 0
-    warmup: int = 2
-    reps: int = 5
-    warmup_ms: float = 0.0      # and at least this long, the same call count on every rank
-    gate_seqlen: int = 512
-    device: str = "cpu"
-    pattern: str | None = None
     strategy_options: dict[str, Any] = field(default_factory=dict)
     ranks_per_node: int = 0     # placement only (how many nodes the cell spans); recorded, not used here
-
-    def problem(self, device: torch.device) -> Problem:
-        return Problem(self.pattern or self.mask, self.seqlen, self.batch, self.heads_q, self.heads_kv,
-                       self.head_dim, parse_dtype(self.dtype), device, self.direction, self.seed,
-                       dict(self.mask_params))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CPSpec":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown CP cell setting(s): {', '.join(unknown)}")
-        return cls(**data)
 
 
 def local_device(spec: CPSpec) -> torch.device:

@@ -15,12 +15,12 @@ os.environ["PYTHONPATH"] = os.pathsep.join([workflow.basedir] + [p for p in [os.
 configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
-include: "rules/common.smk"
-include: "rules/kernels.smk"
-include: "rules/cp.smk"
-include: "rules/aggregate.smk"
-include: "rules/plots.smk"
-include: "rules/report.smk"
+include: "workflow/rules/common.smk"
+include: "workflow/rules/kernels.smk"
+include: "workflow/rules/cp.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/plots.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:

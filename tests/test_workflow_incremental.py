@@ -81,7 +81,7 @@ def test_new_seqlen_and_mask_run_only_new_cells(clone):
 def test_editing_one_adapter_reruns_only_its_cells(clone, tmp_path):
     checkout = tmp_path / "checkout"
     checkout.mkdir()
-    for part in ("Snakefile", "rules", "workflow", "longca", "config", "profiles"):
+    for part in ("Snakefile", "workflow", "longca", "config", "profiles"):
         copy = shutil.copytree if (REPO / part).is_dir() else shutil.copy2
         copy(REPO / part, checkout / part, **({"ignore": shutil.ignore_patterns("__pycache__")}
                                               if (REPO / part).is_dir() else {}))

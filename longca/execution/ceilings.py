@@ -6,7 +6,7 @@ bounded by.  It is a real measurement, never a datasheet number: square ``n × n
 CPU), median with the 20th and 80th percentiles.  ``n`` is the power of two (up to ``max_n``) with
 the best probed rate among the sizes whose product takes at most about ``2 · target_ms``, so slow
 dtypes on a CPU (bfloat16 has no fast CPU matmul) still measure in about a second.  ``results/ceilings.json`` holds one entry
-per dtype of the grid (rule ``ceilings``, ``rules/plots.smk``).
+per dtype of the grid (rule ``ceilings``, ``workflow/rules/plots.smk``).
 """
 
 from __future__ import annotations

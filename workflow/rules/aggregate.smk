@@ -14,7 +14,7 @@ rule aggregate_kernels:
     params:
         table="kernels",
     script:
-        "../workflow/scripts/aggregate.py"
+        "../scripts/aggregate.py"
 
 
 rule aggregate_cp:
@@ -26,4 +26,4 @@ rule aggregate_cp:
     params:
         table="cp",
     script:
-        "../workflow/scripts/aggregate.py"
+        "../scripts/aggregate.py"

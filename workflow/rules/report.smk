@@ -23,7 +23,7 @@ rule html_report:
     output:
         report(
             "results/report.html",
-            caption="../workflow/report/html_report.rst",
+            caption="../report/html_report.rst",
             category="Report",
             labels={"file": "report.html"},
         ),
@@ -33,4 +33,4 @@ rule html_report:
         config=CFG,  # shown in the report, so a config change rebuilds it
         code=REPORT_CODE,
     script:
-        "../workflow/scripts/report.py"
+        "../scripts/report.py"

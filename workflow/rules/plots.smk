@@ -42,7 +42,7 @@ rule ceilings:
     resources:
         **GPU_JOB_RESOURCES,
     script:
-        "../workflow/scripts/ceilings.py"
+        "../scripts/ceilings.py"
 
 
 rule plot_kernel_mask:
@@ -52,14 +52,14 @@ rule plot_kernel_mask:
     output:
         throughput=report(
             "results/figures/kernels_{mask}.png",
-            caption="../workflow/report/kernel_figure.rst",
+            caption="../report/kernel_figure.rst",
             category="Kernels",
             subcategory="Throughput",
             labels={"mask": "{mask}", "figure": "TFLOPs/s by seqlen"},
         ),
         memory=report(
             "results/figures/memory_{mask}.png",
-            caption="../workflow/report/memory_figure.rst",
+            caption="../report/memory_figure.rst",
             category="Kernels",
             subcategory="Peak memory",
             labels={"mask": "{mask}", "figure": "peak memory by seqlen"},
@@ -67,7 +67,7 @@ rule plot_kernel_mask:
     params:
         code=PLOT_CODE,
     script:
-        "../workflow/scripts/plot_kernel_mask.py"
+        "../scripts/plot_kernel_mask.py"
 
 
 rule plot_kernel_matrix:
@@ -76,7 +76,7 @@ rule plot_kernel_matrix:
     output:
         report(
             "results/figures/kernel_mask_matrix.png",
-            caption="../workflow/report/matrix_figure.rst",
+            caption="../report/matrix_figure.rst",
             category="Kernels",
             subcategory="Overview",
             labels={"figure": "kernel × mask, best TFLOPs/s"},
@@ -85,7 +85,7 @@ rule plot_kernel_matrix:
         masks=MASK_NAMES,
         code=PLOT_CODE,
     script:
-        "../workflow/scripts/plot_kernel_matrix.py"
+        "../scripts/plot_kernel_matrix.py"
 
 
 rule plot_cp_mask:
@@ -96,14 +96,14 @@ rule plot_cp_mask:
     output:
         scaling=report(
             "results/figures/cp_scaling_{mask}.png",
-            caption="../workflow/report/cp_scaling_figure.rst",
+            caption="../report/cp_scaling_figure.rst",
             category="Context parallelism",
             subcategory="Per-GPU TFLOPs/s",
             labels={"mask": "{mask}", "figure": "per-GPU TFLOPs/s by cp_size"},
         ),
         efficiency=report(
             "results/figures/cp_efficiency_{mask}.png",
-            caption="../workflow/report/cp_efficiency_figure.rst",
+            caption="../report/cp_efficiency_figure.rst",
             category="Context parallelism",
             subcategory="Efficiency",
             labels={"mask": "{mask}", "figure": "efficiency vs one GPU"},
@@ -111,4 +111,4 @@ rule plot_cp_mask:
     params:
         code=PLOT_CODE,
     script:
-        "../workflow/scripts/plot_cp_mask.py"
+        "../scripts/plot_cp_mask.py"

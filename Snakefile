@@ -42,12 +42,12 @@ onstart:
 # give them failure rows naming the job's log, so the tables show them; their files stay missing,
 # so the next run resubmits exactly those cells.
 onerror:
-    from longca.execution import lost_cells
+    from longca.results import lost_cells
 
     lost_cells.record(CFG, KERNEL_CELLS, CP_CELLS, main_log=log)
 
 
 onsuccess:
-    from longca.execution import lost_cells
+    from longca.results import lost_cells
 
     lost_cells.clear()  # every cell has its own row now: the stand-ins of an earlier failed run go

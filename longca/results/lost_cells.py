@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Iterable
 
 from .. import config as longca_config
-from ..results import parquet as results
-from .atomic import write_json_atomic
+from . import parquet as results
+from ..execution.atomic import write_json_atomic
 
 LOST_DIR = Path("results/lost")
 SLURM_LOG_DIRS = (Path(".snakemake/slurm_logs"),)
@@ -72,8 +72,8 @@ def _reason(cell_path: str, known: dict[str, str]) -> str:
 
 def record(cfg: dict, kernel_cells: Iterable, cp_cells: Iterable, main_log=None) -> list[dict]:
     """Failure rows for the expected cells with no row; ``main_log``: Snakemake's log(s) of the run."""
-    from .cp_launch import failure_row as cp_failure_row
-    from .runner import failure_row as kernel_failure_row
+    from ..execution.cp_launch import failure_row as cp_failure_row
+    from ..execution.runner import failure_row as kernel_failure_row
 
     lost = []
     known = slurm_logs_by_cell(main_log)

@@ -1,0 +1,64 @@
+"""The package's layers import one way: attention ← kernels, cp ← execution ← results.
+
+Read from the source (every import statement, also those inside functions), so a new module that
+reaches up a layer fails here instead of in a review."""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "longca"
+# Layer of each subpackage; a module may import its own layer and those below.
+LAYERS = {"attention": 0, "kernels": 1, "cp": 1, "execution": 2, "results": 3}
+# Entry points sit above every layer: `python -m longca.cp` is what torchrun starts on each rank.
+ENTRY_POINTS = {"cp/__main__.py"}
+
+
+def imported_modules(path: Path, source: str | None = None) -> set[str]:
+    """Absolute names of the longca modules ``path`` (or ``source`` as if it were there) imports."""
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = parts[:-1]  # __init__ and plain modules alike resolve relative imports from their package
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            found |= {module} | {f"{module}.{a.name}" for a in node.names}
+    return {m for m in found if m == "longca" or m.startswith("longca.")}
+
+
+def layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_layers_import_only_downwards():
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        here = rel.split("/")[0]
+        if here not in LAYERS or rel in ENTRY_POINTS:
+            continue
+        for module in imported_modules(path):
+            there = layer_of(module)
+            if there is not None and LAYERS[there] > LAYERS[here]:
+                wrong.append(f"{rel} imports {module}")
+            if module in ("longca.cli", "longca.__main__"):
+                wrong.append(f"{rel} imports the command line ({module})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_kernels_and_cp_stay_apart_one_way():
+    """CP strategies compute their local blocks with the kernels; no kernel knows about CP."""
+    for path in sorted((PACKAGE / "kernels").rglob("*.py")):
+        assert not any(layer_of(m) == "cp" for m in imported_modules(path)), path
+
+
+def test_the_checker_resolves_relative_imports():
+    """The check must be able to fail: relative imports reaching up a layer, also inside a function
+    and from a package's __init__, resolve to the modules they name."""
+    source = "from ..execution import timing\nfrom . import problem\ndef f():\n    from ..results.plots import x\n"
+    assert imported_modules(PACKAGE / "attention" / "probe.py", source) >= {
+        "longca.execution.timing", "longca.attention.problem", "longca.results.plots"}
+    assert "longca.execution" in imported_modules(PACKAGE / "attention" / "__init__.py", "from .. import execution")

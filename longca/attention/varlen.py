@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence, Union
 
 import numpy as np
 
-from longca.attention.masks import MaskError
+from longca.attention.errors import MaskError
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_HISTOGRAM_PATH = DATA_DIR / "doclen_default.json"

@@ -15,8 +15,11 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent  # longca/: fingerprints name files relative to it
 
 # Shared measurement code, relative to the package.
-MEASUREMENT_CODE = ("attention/masks.py", "attention/varlen.py", "attention/mask_convert.py",
-                    "attention/problem.py", "attention/reference.py", "attention/flops.py",
+MEASUREMENT_CODE = ("attention/errors.py", "attention/masks/__init__.py", "attention/masks/slices.py",
+                    "attention/masks/_checks.py", "attention/masks/_shapes.py", "attention/masks/patterns.py",
+                    "attention/masks/custom.py", "attention/masks/block_sparse.py",
+                    "attention/varlen.py", "attention/mask_convert.py", "attention/problem.py",
+                    "attention/reference.py", "attention/flops.py",
                     "attention/data/doclen_default.json", "execution/timing.py", "execution/cell.py",
                     "execution/env.py", "kernels/__init__.py", "kernels/base.py")
 

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import jsonschema
 import yaml
 
-from .attention import masks
+from .attention import masks, varlen
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -162,7 +162,6 @@ def _inline_histograms(config: dict) -> None:
 
     So the cells' settings (their cache key) change when the file's content changes, and a cell
     needs no file at run time (cluster jobs may run elsewhere)."""
-    from .attention import varlen
 
     for i, item in enumerate(config["masks"]):
         params = item.get("params", {}) if isinstance(item, dict) else {}

@@ -20,7 +20,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from longca.attention.masks import AttnMask, AttnSlice, MaskError, SliceKind
+from .errors import MaskError
+from .masks import AttnMask, AttnSlice, SliceKind
 
 MaskKey = tuple[str, int, int, tuple[tuple[int, int, int, int, str], ...]]
 

@@ -2,7 +2,6 @@
 
 import matplotlib.image as mpimg
 import matplotlib.pyplot as plt
-import numpy as np
 import pytest
 import report_data as rd
 from matplotlib.patches import Rectangle
@@ -92,57 +91,13 @@ def test_memory_lines_per_kernel_on_gpu_and_a_note_on_cpu(kernels):
 
 
 def test_matrix_holds_the_best_value_per_kernel_and_mask(kernels):
-    best = plots.best_per_kernel_mask(kernels).set_index(["direction", "kernel", "mask"])
-    assert best.loc[("fwd", "fast_kernel", "causal"), "tflops"] == pytest.approx(2.0)
-    assert best.loc[("fwd", "fast_kernel", "causal"), "seqlen"] == 256
-    assert best.loc[("fwd", "fast_kernel", "sliding"), "failed"] == "!T"
-    assert best.loc[("fwd", "slow_kernel", "causal"), "failed"] == "E"
-    assert np.isnan(best.loc[("fwd", "never_kernel", "causal"), "tflops"])
-    assert best.loc[("fwd", "never_kernel", "causal"), "failed"] == "X"
-
+    # (the values themselves: test_tables.test_best_per_kernel_mask)
     fig = plots.kernel_mask_matrix_figure(kernels, masks=["sliding", "causal"])
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["sliding", "causal"]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["fast_kernel", "never_kernel", "slow_kernel"]
     texts = [t.get_text() for t in ax.texts]
     assert "2\n@256" in texts and "0.5\n@64\n!T" in texts and "X" in texts
-
-
-def test_cp_efficiency_compares_with_the_single_gpu_kernel_at_tokens_per_rank(kernels):
-    eff = plots.cp_efficiency(rd.cp_df(), kernels).set_index("cell_id")
-    ring = eff.loc["ring/causal/bfloat16_fwd_64x2"]
-    # 64 tokens per rank: fast_kernel causal bf16 fwd at 64 is 0.5 TFLOPs/s; ring reaches 0.45 per GPU.
-    assert ring["tokens_per_rank"] == 64 and ring["seqlen"] == 128
-    assert ring["baseline_tflops"] == pytest.approx(0.5) and ring["efficiency"] == pytest.approx(0.9)
-    assert ring["baseline_cell_id"] == "fast_kernel/causal/bfloat16_fwd_64"
-    assert eff.loc["ulysses/causal/bfloat16_bwd_64x4", "efficiency"] == pytest.approx(0.7)
-    oom = eff.loc["ulysses/causal/bfloat16_fwd_128x4"]
-    assert np.isnan(oom["efficiency"]) and oom["baseline_note"] == "the CP cell is oom"
-
-
-def test_cp_efficiency_says_why_a_baseline_is_missing(kernels):
-    cp = rd.cp_df(with_tokens_per_rank=False)  # tokens per rank derived: seqlen // cp_size
-    assert "tokens_per_rank" not in cp.columns or cp["tokens_per_rank"].isna().all()
-    cp.loc[0, "mask"] = "no_such_mask"  # no kernel cell for it
-    cp.loc[1, "local_kernel"] = "never_kernel"  # its kernel cells are all unsupported
-    eff = plots.cp_efficiency(cp, kernels)
-    assert eff.loc[0, "tokens_per_rank"] == 64 and np.isnan(eff.loc[0, "efficiency"])
-    assert eff.loc[0, "baseline_note"].startswith("no single-GPU fast_kernel cell at 64 tokens")
-    assert eff.loc[1, "baseline_note"] == f"single-GPU cell never_kernel/causal/bfloat16_{cp.loc[1, 'direction']}_64 " \
-                                          "is unsupported"
-    assert eff.loc[2:, "efficiency"].notna().sum() == len(cp) - 2 - 2  # all but these two and the OOM pair
-
-
-def test_cp_efficiency_matches_rows_whose_shapes_were_not_recorded(kernels):
-    # Missing values (NaN in pandas) on both sides still name the same problem.
-    k, cp = kernels.copy(), rd.cp_df()
-    for col in ("batch", "heads_q", "heads_kv", "head_dim"):
-        k[col], cp[col] = np.nan, np.nan
-    eff = plots.cp_efficiency(cp, k).set_index("cell_id")
-    assert eff.loc["ring/causal/bfloat16_fwd_64x2", "efficiency"] == pytest.approx(0.9)
-    # A recorded shape that differs is another problem: no baseline.
-    cp["heads_q"] = 8
-    assert plots.cp_efficiency(cp, k)["efficiency"].isna().all()
 
 
 def test_cp_figures_draw_a_line_per_strategy_markers_and_reference_lines(kernels):
@@ -165,7 +120,6 @@ def test_cp_figures_draw_a_line_per_strategy_markers_and_reference_lines(kernels
 
 def test_cp_figures_on_an_empty_table_say_there_is_nothing(kernels):
     empty = rd.empty_cp_df()
-    assert plots.cp_efficiency(empty, kernels).empty
     for fig in (plots.cp_scaling_figure(empty, "causal"), plots.cp_efficiency_figure(empty, kernels, "causal")):
         assert "no CP cells for mask causal" in " ".join(t.get_text() for t in fig.texts)
 
@@ -179,11 +133,6 @@ def test_saved_figures_decode_with_a_real_size(kernels, tmp_path):
         assert image.shape[0] > 200 and image.shape[1] > 400
         assert image[..., :3].std() > 0.05  # not a blank canvas
     assert not list(tmp_path.glob(".*.tmp"))  # written atomically
-
-
-def test_seqlen_labels():
-    assert [plots.seqlen_label(n) for n in (512, 1024, 32768, 1536, 1000, 2 ** 20)] == \
-        ["512", "1K", "32K", "1536", "1000", "1M"]
 
 
 def test_a_mask_without_rows_gets_a_figure_that_says_so(kernels):

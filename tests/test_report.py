@@ -11,7 +11,7 @@ import matplotlib.image as mpimg
 import pytest
 import report_data as rd
 
-from longca.results import plots, report
+from longca.results import plots, report, tables
 
 HOSTILE_CONFIG = {"kernels": ["fast_kernel"], "masks": ["causal"], "note": "</pre><script>alert(1)</script>",
                   "kernel_options": {"fast_kernel": {"mode": "<b onmouseover=alert(2)>x</b>"}},
@@ -151,7 +151,7 @@ def test_every_failed_cell_is_listed_with_status_and_reason(page):
     assert len([r for r in rows[1:] if r[0] == "kernel"]) == len(expected)
     for rec in expected.itertuples():
         row = failed[rec.cell_id]
-        assert row[3] == rec.status and row[2] == plots.STATUS_MARKERS[rec.status]
+        assert row[3] == rec.status and row[2] == tables.STATUS_MARKERS[rec.status]
         assert row[4] == " ".join(rec.reason.split())
         assert row[5] == f"results/logs/kernels/{rec.cell_id}.log"
     assert failed["ulysses/causal/bfloat16_fwd_128x4"][:4] == ["cp", "ulysses/causal/bfloat16_fwd_128x4", "E", "oom"]
@@ -234,18 +234,6 @@ def test_cpu_runs_say_memory_is_not_recorded(figures, tmp_path):
     assert "Peak memory is recorded on GPU only; these cells ran on cpu" in text
     assert 'id="fig-memory-causal"' not in text
     assert "No machine ceiling was measured for this report." in text
-
-
-def test_best_kernel_notes_lengths_where_nothing_produced_a_number():
-    df = rd.kernels_df()
-    df.loc[(df["mask"] == "causal") & (df["seqlen"] == 256), "status"] = "oom"
-    best = {(e["mask"], e["direction"]): e for e in report.best_kernels(df)}
-    e = best[("causal", "fwd")]
-    assert e["kernel"] == "fast_kernel" and e["seqlen"] == 128
-    assert e["note"] == "no kernel produced a number above 128 (3 oom)"
-    df.loc[df["mask"] == "causal", "status"] = "unsupported"
-    e = {(e["mask"], e["direction"]): e for e in report.best_kernels(df)}[("causal", "fwd")]
-    assert e["kernel"] is None and e["note"] == "no kernel produced a number (9 unsupported)"
 
 
 def test_an_empty_kernel_table_still_renders(tmp_path):

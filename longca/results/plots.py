@@ -5,7 +5,8 @@ Every builder takes the tables as pandas DataFrames and returns a ``matplotlib.f
 from ``results/cp.parquet`` (plus the kernel table for the single-GPU baseline), machine ceilings
 from ``results/ceilings.json`` (``longca.execution.ceilings``).  A cell that did not produce a number is
 drawn where its bar or point would be, as its status's marker (``STATUS_MARKERS``); a wrong result
-is never drawn as a speed.
+is never drawn as a speed.  What is drawn (best values, CP efficiency, markers, labels) comes from
+``tables``, the same tables the report shows; this module only draws.
 """
 
 from __future__ import annotations
@@ -24,24 +25,22 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from ..execution.ceilings import matmul_ceiling  # noqa: E402
+from . import tables  # noqa: E402
+from .tables import (  # noqa: E402
+    DIRECTION_TITLES,
+    STATUS_LABELS,
+    STATUS_MARKERS,
+    best_per_kernel_mask,
+    cp_efficiency,
+    devices_text,
+    has_peak_memory,
+    ok_rows,
+    seqlen_label,
+    status_marker,
+    tokens_per_rank,
+)
 
-# What a missing bar means, drawn where the bar would be.
-STATUS_MARKERS = {"unsupported": "X", "oom": "E", "wrong": "W", "error": "!", "timeout": "T"}
-STATUS_LABELS = {"unsupported": "unsupported", "oom": "out of memory", "wrong": "failed correctness",
-                 "error": "error / crashed", "timeout": "timed out"}
-DIRECTION_TITLES = {"fwd": "forward", "bwd": "backward"}
 DPI = 110
-
-
-def seqlen_label(n: int) -> str:
-    n = int(n)
-    if n >= 1024 * 1024 and n % (1024 * 1024) == 0:
-        return f"{n // (1024 * 1024)}M"
-    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else str(n)
-
-
-def status_marker(status: str) -> str:
-    return STATUS_MARKERS.get(status, "?")
 
 
 def series_colors(names: Iterable[str]) -> dict[str, Any]:
@@ -49,15 +48,6 @@ def series_colors(names: Iterable[str]) -> dict[str, Any]:
     names = sorted(set(names))
     cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
     return {name: cmap(i % cmap.N) for i, name in enumerate(names)}
-
-
-def _directions(df: pd.DataFrame) -> list[str]:
-    present = set(df["direction"]) if len(df) else set()
-    return [d for d in DIRECTION_TITLES if d in present] + sorted(present - set(DIRECTION_TITLES))
-
-
-def _dtypes(df: pd.DataFrame) -> list[str]:
-    return sorted(set(df["dtype"])) if len(df) else []
 
 
 def _panel_title(mask: str | None, direction: str, dtype: str, many_dtypes: bool) -> str:
@@ -117,7 +107,7 @@ def kernel_throughput_figure(df: pd.DataFrame, mask: str, ceilings: dict | None 
     colors = colors or series_colors(df["kernel"])
     kernels = sorted(sub["kernel"].unique())
     seqlens = sorted(int(s) for s in sub["seqlen"].unique())
-    directions, dtypes = _directions(sub), _dtypes(sub)
+    directions, dtypes = tables.directions(sub), tables.dtypes(sub)
     ncols, nrows = len(directions), len(dtypes)
     fig, axes = plt.subplots(nrows, ncols, figsize=(max(5.5 * ncols, 1.1 * len(seqlens) * ncols + 2), 3.6 * nrows + 1),
                              squeeze=False)
@@ -170,14 +160,13 @@ def kernel_memory_figure(df: pd.DataFrame, mask: str, colors: dict | None = None
     sub = df[df["mask"] == mask]
     if sub.empty:
         return _empty_figure(f"no kernel cells for mask {mask}", title=mask)
-    if not sub["peak_mem_bytes"].notna().any():
-        devices = ", ".join(sorted(set(sub["device"].dropna()))) or "unknown"
-        return _empty_figure(f"peak memory is recorded on GPU only; these cells ran on: {devices}",
+    if not has_peak_memory(sub):
+        return _empty_figure(f"peak memory is recorded on GPU only; these cells ran on: {devices_text(sub)}",
                              title=f"{mask} — peak memory")
     colors = colors or series_colors(df["kernel"])
     kernels = sorted(sub["kernel"].unique())
     seqlens = sorted(int(s) for s in sub["seqlen"].unique())
-    directions, dtypes = _directions(sub), _dtypes(sub)
+    directions, dtypes = tables.directions(sub), tables.dtypes(sub)
     ncols, nrows = len(directions), len(dtypes)
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.5 * ncols, 3.6 * nrows + 1), squeeze=False)
     x = np.arange(len(seqlens))
@@ -217,22 +206,6 @@ def kernel_memory_figure(df: pd.DataFrame, mask: str, colors: dict | None = None
     return fig
 
 
-def best_per_kernel_mask(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (direction, dtype, kernel, mask): the best TFLOPs/s over seqlens, the seqlen it was at,
-    and the statuses of the cells that produced no number (``failed``: marker letters, sorted)."""
-    records = []
-    for (direction, dtype, kernel, mask), g in df.groupby(["direction", "dtype", "kernel", "mask"], sort=False):
-        ok = g[(g["status"] == "ok") & g["tflops"].notna()]
-        best = ok.loc[ok["tflops"].idxmax()] if len(ok) else None
-        failed = "".join(sorted({status_marker(s) for s in g["status"] if s != "ok"}))
-        records.append({"direction": direction, "dtype": dtype, "kernel": kernel, "mask": mask,
-                        "tflops": float(best["tflops"]) if best is not None else np.nan,
-                        "seqlen": int(best["seqlen"]) if best is not None else None,
-                        "failed": failed, "n_cells": len(g)})
-    return pd.DataFrame(records, columns=["direction", "dtype", "kernel", "mask", "tflops", "seqlen", "failed",
-                                          "n_cells"])
-
-
 def kernel_mask_matrix_figure(df: pd.DataFrame, masks: list[str] | None = None) -> Figure:
     """Kernel × mask heatmap of the best TFLOPs/s over seqlens (a panel per direction and dtype).
 
@@ -243,7 +216,7 @@ def kernel_mask_matrix_figure(df: pd.DataFrame, masks: list[str] | None = None) 
     best = best_per_kernel_mask(df)
     masks = [m for m in (masks or []) if m in set(df["mask"])] or list(dict.fromkeys(df["mask"]))
     kernels = sorted(df["kernel"].unique())
-    directions, dtypes = _directions(df), _dtypes(df)
+    directions, dtypes = tables.directions(df), tables.dtypes(df)
     ncols, nrows = len(directions), len(dtypes)
     cw, ch = max(0.95 * len(masks) + 2.6, 5.0), max(0.5 * len(kernels) + 1.6, 2.6)
     fig, axes = plt.subplots(nrows, ncols, figsize=(cw * ncols, ch * nrows + 0.6), squeeze=False)
@@ -285,64 +258,6 @@ def kernel_mask_matrix_figure(df: pd.DataFrame, masks: list[str] | None = None) 
 
 # --- context parallelism ---------------------------------------------------------------------
 
-BASELINE_KEYS = ["mask", "direction", "dtype", "batch", "heads_q", "heads_kv", "head_dim"]
-
-
-def tokens_per_rank(cp: pd.DataFrame) -> pd.Series:
-    """``tokens_per_rank`` where the table has it, else ``seqlen // cp_size``."""
-    derived = (cp["seqlen"] // cp["cp_size"]).astype("Int64") if len(cp) else pd.Series([], dtype="Int64")
-    if "tokens_per_rank" in cp.columns:
-        return cp["tokens_per_rank"].astype("Int64").fillna(derived)
-    return derived
-
-
-def cp_efficiency(cp: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
-    """CP rows with their single-GPU baseline: the kernel table's row for ``kernel == local_kernel``
-    with the same mask, direction, dtype and shapes at ``seqlen == tokens_per_rank``.
-
-    Adds ``tokens_per_rank``, ``baseline_tflops``, ``baseline_cell_id``, ``efficiency``
-    (``tflops_per_gpu / baseline_tflops``, only when both are numbers) and ``baseline_note`` (why
-    there is no efficiency, when there is none)."""
-    out = cp.copy()
-    out["tokens_per_rank"] = tokens_per_rank(cp)
-    out["baseline_tflops"] = np.nan
-    out["baseline_cell_id"] = None
-    out["efficiency"] = np.nan
-    out["baseline_note"] = None
-    if out.empty:
-        return out
-    keys = [k for k in BASELINE_KEYS if k in out.columns and k in kernels.columns]
-
-    def norm(value):  # a missing value matches a missing value (NaN != NaN)
-        return None if value is None or (isinstance(value, float) and np.isnan(value)) else value
-
-    index = {}
-    for row in kernels.itertuples(index=False):
-        key = (row.kernel, int(row.seqlen)) + tuple(norm(getattr(row, k)) for k in keys)
-        index.setdefault(key, row)
-    for i, row in out.iterrows():
-        tpr = row["tokens_per_rank"]
-        if pd.isna(tpr):
-            out.at[i, "baseline_note"] = "tokens per rank unknown"
-            continue
-        key = (row["local_kernel"], int(tpr)) + tuple(norm(row[k]) for k in keys)
-        base = index.get(key)
-        if base is None:
-            out.at[i, "baseline_note"] = (f"no single-GPU {row['local_kernel']} cell at {int(tpr)} tokens "
-                                          f"with the same mask, direction, dtype and shapes")
-            continue
-        out.at[i, "baseline_cell_id"] = base.cell_id
-        if base.status != "ok" or pd.isna(base.tflops):
-            out.at[i, "baseline_note"] = f"single-GPU cell {base.cell_id} is {base.status}"
-            continue
-        out.at[i, "baseline_tflops"] = float(base.tflops)
-        if row["status"] == "ok" and pd.notna(row["tflops_per_gpu"]):
-            out.at[i, "efficiency"] = float(row["tflops_per_gpu"]) / float(base.tflops)
-        else:
-            out.at[i, "baseline_note"] = f"the CP cell is {row['status']}"
-    return out
-
-
 def _series_key(row) -> str:
     return f"{row['strategy']} ({row['local_kernel']})"
 
@@ -354,8 +269,8 @@ def _cp_panels(sub: pd.DataFrame, value: str, ylabel: str, mask: str, *, colors:
     sub = sub.assign(tokens_per_rank=tokens_per_rank(sub))
     per_rank = sorted(int(s) for s in sub["tokens_per_rank"].dropna().unique())
     cp_sizes = sorted(int(s) for s in sub["cp_size"].unique())
-    directions, dtypes = _directions(sub), _dtypes(sub)
-    combos = [(d, t) for t in dtypes for d in directions]
+    dtypes = tables.dtypes(sub)
+    combos = tables.combos(sub)
     nrows, ncols = len(combos), max(len(per_rank), 1)
     fig, axes = plt.subplots(nrows, ncols, figsize=(max(3.6 * ncols, 5.5), 3.2 * nrows + 1.2), squeeze=False)
     x = {s: i for i, s in enumerate(cp_sizes)}
@@ -375,7 +290,7 @@ def _cp_panels(sub: pd.DataFrame, value: str, ylabel: str, mask: str, *, colors:
             top = max(float(vals.max()) if len(vals) else 0.0, ceiling or 0.0, unit_line or 0.0) or 1.0
             for k, name in enumerate(series):
                 sr = rows[keys[here] == name]
-                pts = sr[(sr["status"] == "ok") & sr[value].notna()].sort_values("cp_size")
+                pts = ok_rows(sr, value).sort_values("cp_size")
                 if len(pts):
                     if value == "tflops_per_gpu":
                         lo = (pts[value] - pts["tflops_per_gpu_p20"]).clip(lower=0).fillna(0)

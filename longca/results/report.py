@@ -5,7 +5,8 @@ per mask and CP size); below it every figure with a caption saying what was meas
 every row in sortable, filterable tables, every failed cell with its reason, the methodology, the
 environment and the resolved configuration.  Figures are embedded as data URIs and the page
 loads nothing from anywhere else, so the one file can be shared and read offline.  Everything
-that comes from config, the environment or error messages goes through Jinja's autoescape.
+that comes from config, the environment or error messages goes through Jinja's autoescape.  The
+tables come from ``tables`` (the same the figures draw); this module formats and lays them out.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from .plots import DIRECTION_TITLES, STATUS_LABELS, STATUS_MARKERS, cp_efficiency, seqlen_label
+from . import tables
+from .tables import DIRECTION_TITLES, STATUS_LABELS, STATUS_MARKERS, seqlen_label
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "workflow" / "templates"
-STATUS_ORDER = ["ok", "unsupported", "oom", "wrong", "error", "timeout"]
 REPORT_PACKAGES = ("longca", "torch", "snakemake", "pandas", "pyarrow", "matplotlib", "jinja2")
 
 
@@ -161,102 +162,37 @@ def table_rows(df: pd.DataFrame, columns: list[Column], *, id_prefix: str) -> tu
 # --- the answer ------------------------------------------------------------------------------
 
 
-def _mask_order(df: pd.DataFrame, masks: list[str] | None) -> list[str]:
-    present = list(dict.fromkeys(df["mask"])) if len(df) else []
-    ordered = [m for m in (masks or []) if m in present]
-    return ordered + [m for m in present if m not in ordered]
-
-
-def _combos(df: pd.DataFrame) -> list[tuple[str, str]]:
-    directions = [d for d in DIRECTION_TITLES if d in set(df["direction"])] if len(df) else []
-    directions += sorted(set(df["direction"]) - set(directions)) if len(df) else []
-    dtypes = sorted(set(df["dtype"])) if len(df) else []
-    return [(d, t) for t in dtypes for d in directions]
-
-
-def _status_summary(statuses: Iterable[str]) -> str:
-    counts = pd.Series(list(statuses)).value_counts()
-    return ", ".join(f"{n} {s}" for s, n in counts.items())
-
-
-def best_kernels(df: pd.DataFrame, row_ids: dict[str, str] | None = None) -> list[dict]:
-    """The fastest correct kernel per (mask, direction, dtype), at the longest seqlen where any
-    kernel produced a number; with the runner-up there, and at how many lengths it was fastest."""
+def kernel_answer(e: dict, row_ids: dict[str, str] | None = None) -> dict:
+    """A ``tables.best_kernels`` entry as the answer table shows it (numbers formatted, rows linked)."""
     row_ids = row_ids or {}
-    best = []
-    for (mask, direction, dtype), group in df.groupby(["mask", "direction", "dtype"], sort=False):
-        ok = group[(group["status"] == "ok") & group["tflops"].notna()]
-        entry = {"mask": mask, "direction": direction, "dtype": dtype, "kernel": None,
-                 "longest_grid": int(group["seqlen"].max())}
-        if ok.empty:
-            entry["note"] = "no kernel produced a number (" + _status_summary(group["status"]) + ")"
-            best.append(entry)
-            continue
-        longest = int(ok["seqlen"].max())
-        at = ok[ok["seqlen"] == longest].sort_values("tflops", ascending=False)
-        top = at.iloc[0]
-        winners = ok.loc[ok.groupby("seqlen")["tflops"].idxmax(), "kernel"]
-        entry.update(kernel=top["kernel"], seqlen=longest, seqlen_label=seqlen_label(longest),
-                     tflops=fmt_number(top["tflops"]), tflops_value=float(top["tflops"]),
-                     spread=f"{fmt_number(top['tflops_p20'], 3)}–{fmt_number(top['tflops_p80'], 3)}",
-                     row_id=row_ids.get(top["cell_id"]), wins=int((winners == top["kernel"]).sum()),
-                     lengths=len(winners))
-        if len(at) > 1:
-            second = at.iloc[1]
-            entry.update(runner_up=second["kernel"], runner_up_tflops=fmt_number(second["tflops"]),
-                         ratio=f"{float(top['tflops']) / float(second['tflops']):.2f}"
-                         if second["tflops"] else None, runner_up_row_id=row_ids.get(second["cell_id"]))
-        if longest < entry["longest_grid"]:
-            failed = group[group["seqlen"] > longest]
-            entry["note"] = (f"no kernel produced a number above {seqlen_label(longest)} ("
-                             + _status_summary(failed["status"]) + ")")
-        best.append(entry)
-    return best
+    shown = {k: e[k] for k in ("mask", "direction", "dtype", "kernel", "longest_grid", "note") if k in e}
+    if e["kernel"] is None:
+        return shown
+    shown.update(seqlen=e["seqlen"], seqlen_label=seqlen_label(e["seqlen"]), tflops=fmt_number(e["tflops"]),
+                 tflops_value=e["tflops"],
+                 spread=f"{fmt_number(e['tflops_p20'], 3)}–{fmt_number(e['tflops_p80'], 3)}",
+                 row_id=row_ids.get(e["cell_id"]), wins=e["wins"], lengths=e["lengths"])
+    if "runner_up" in e:
+        shown.update(runner_up=e["runner_up"], runner_up_tflops=fmt_number(e["runner_up_tflops"]),
+                     ratio=f"{e['ratio']:.2f}" if e["ratio"] is not None else None,
+                     runner_up_row_id=row_ids.get(e["runner_up_cell_id"]))
+    return shown
 
 
-def best_strategies(cp: pd.DataFrame, row_ids: dict[str, str] | None = None) -> list[dict]:
-    """The fastest correct CP strategy per (mask, cp_size, direction, dtype) by per-GPU TFLOPs/s, at
-    the longest global seqlen where any strategy produced a number; ``cp`` comes from
-    ``plots.cp_efficiency`` (it has ``tokens_per_rank``, ``efficiency`` and ``baseline_note``)."""
+def strategy_answer(e: dict, row_ids: dict[str, str] | None = None) -> dict:
+    """A ``tables.best_strategies`` entry as the answer table shows it."""
     row_ids = row_ids or {}
-    best = []
-    if cp.empty:
-        return best
-    for (mask, cp_size, direction, dtype), group in cp.groupby(["mask", "cp_size", "direction", "dtype"],
-                                                               sort=False):
-        ok = group[(group["status"] == "ok") & group["tflops_per_gpu"].notna()]
-        entry = {"mask": mask, "cp_size": int(cp_size), "direction": direction, "dtype": dtype, "strategy": None}
-        if ok.empty:
-            entry["note"] = "no strategy produced a number (" + _status_summary(group["status"]) + ")"
-            best.append(entry)
-            continue
-        longest = int(ok["seqlen"].max())
-        at = ok[ok["seqlen"] == longest].sort_values("tflops_per_gpu", ascending=False)
-        top = at.iloc[0]
-        tpr = top["tokens_per_rank"] if "tokens_per_rank" in top and pd.notna(top["tokens_per_rank"]) else None
-        entry.update(strategy=top["strategy"], local_kernel=top["local_kernel"], seqlen=longest,
-                     seqlen_label=seqlen_label(longest), tpr_label=seqlen_label(tpr) if tpr else None,
-                     tflops=fmt_number(top["tflops_per_gpu"]),
-                     efficiency=fmt_number(top["efficiency"], 3) if pd.notna(top["efficiency"]) else None,
-                     baseline_note=top["baseline_note"], row_id=row_ids.get(top["cell_id"]))
-        if len(at) > 1:
-            second = at.iloc[1]
-            entry.update(runner_up=second["strategy"], runner_up_tflops=fmt_number(second["tflops_per_gpu"]))
-        if longest < int(group["seqlen"].max()):
-            failed = group[group["seqlen"] > longest]
-            entry["note"] = (f"no strategy produced a number above {seqlen_label(longest)} ("
-                             + _status_summary(failed["status"]) + ")")
-        best.append(entry)
-    return best
-
-
-def _answer_grid(entries: list[dict], row_keys: list[str], combos: list[tuple[str, str]]) -> list[dict]:
-    """Entries laid out as rows (by ``row_keys``) × columns (direction, dtype)."""
-    rows: dict[tuple, dict] = {}
-    for e in entries:
-        key = tuple(e[k] for k in row_keys)
-        rows.setdefault(key, {"key": dict(zip(row_keys, key)), "cells": {}})["cells"][(e["direction"], e["dtype"])] = e
-    return [{"key": r["key"], "cells": [r["cells"].get(c) for c in combos]} for r in rows.values()]
+    shown = {k: e[k] for k in ("mask", "cp_size", "direction", "dtype", "strategy", "note") if k in e}
+    if e["strategy"] is None:
+        return shown
+    tpr = e["tokens_per_rank"]
+    shown.update(local_kernel=e["local_kernel"], seqlen=e["seqlen"], seqlen_label=seqlen_label(e["seqlen"]),
+                 tpr_label=seqlen_label(tpr) if tpr else None, tflops=fmt_number(e["tflops_per_gpu"]),
+                 efficiency=fmt_number(e["efficiency"], 3) if pd.notna(e["efficiency"]) else None,
+                 baseline_note=e["baseline_note"], row_id=row_ids.get(e["cell_id"]))
+    if "runner_up" in e:
+        shown.update(runner_up=e["runner_up"], runner_up_tflops=fmt_number(e["runner_up_tflops"]))
+    return shown
 
 
 # --- figures ---------------------------------------------------------------------------------
@@ -294,14 +230,8 @@ def _timing_phrase(df: pd.DataFrame) -> str:
         parts.append("CUDA events around each call with the L2 cache flushed before it (GPU)")
     if devices - {"cuda"}:
         parts.append("time.perf_counter around each call (CPU)")
-    if len(df) and "warmup" in df:
-        ms = df["warmup_ms"] if "warmup_ms" in df else pd.Series([None] * len(df), index=df.index)
-        triples = sorted({(int(w), float(m) if pd.notna(m) else 0.0, int(r))
-                          for w, m, r in zip(df["warmup"], ms, df["reps"]) if pd.notna(w) and pd.notna(r)})
-    else:
-        triples = []
     reps = "; ".join(f"{w} warm-up calls{f' (at least {m:g} ms)' if m else ''} then {r} timed calls"
-                     for w, m, r in triples)
+                     for w, m, r in tables.timing_settings(df))
     return ", ".join(parts) + (f" — {reps}" if reps else "")
 
 
@@ -340,14 +270,7 @@ def kernel_captions(df: pd.DataFrame, mask: str, ceilings: dict | None) -> tuple
 
 
 def _distinct(df: pd.DataFrame, columns: list[tuple[str, str, Callable]], count_label: str = "cells") -> dict:
-    cols = [(k, h, f) for k, h, f in columns if k in df.columns]
-    if df.empty or not cols:
-        return {"headers": [], "rows": []}
-    view = pd.DataFrame({h: [f(v) for v in df[k]] for k, h, f in cols})
-    view = view[[h for h in view.columns if (view[h] != "").any()]]  # a column nothing recorded: left out
-    if view.columns.empty:
-        return {"headers": [], "rows": []}
-    counts = view.groupby(list(view.columns), dropna=False, sort=True).size().reset_index(name=count_label)
+    counts = tables.distinct_counts(df, columns, count_label)
     return {"headers": list(counts.columns), "rows": [[fmt_text(v) for v in r]
                                                        for r in counts.itertuples(index=False, name=None)]}
 
@@ -385,48 +308,28 @@ class Figures:
     cp_efficiency: dict[str, str] = field(default_factory=dict)  # mask → PNG
 
 
-def _empty_cp() -> pd.DataFrame:
-    from .parquet import CP_SCHEMA
-
-    return CP_SCHEMA.empty_table().to_pandas()
-
-
 def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: Figures | None = None,
             ceilings: dict | None = None, config: dict | None = None, masks: list[str] | None = None,
             generated: str | None = None) -> dict[str, Any]:
     """Everything the template shows, computed here so the template only lays it out."""
     figures = figures or Figures()
-    cp = _empty_cp() if cp is None else cp
-    cp = cp_efficiency(cp, kernels)
-    if len(cp) and "rank_area" in cp.columns:
-        cp["imbalance"] = [max(a) / (sum(a) / len(a)) if isinstance(a, (list, np.ndarray)) and len(a) and sum(a)
-                           else np.nan for a in cp["rank_area"]]
-    masks = _mask_order(kernels, masks)
+    cp = tables.cp_table(cp, kernels)
+    masks = tables.mask_order(kernels, masks)
 
     kernel_cols, kernel_rows = table_rows(kernels, KERNEL_COLUMNS, id_prefix="kernel-row")
     kernel_ids = {cid: r["id"] for cid, r in zip(kernels["cell_id"], kernel_rows)} if len(kernels) else {}
     cp_cols, cp_rows = table_rows(cp, CP_COLUMNS, id_prefix="cp-row")
     cp_ids = {cid: r["id"] for cid, r in zip(cp["cell_id"], cp_rows)} if len(cp) else {}
 
-    kernel_combos = _combos(kernels)
-    best_k = best_kernels(kernels, kernel_ids)
-    best_k.sort(key=lambda e: masks.index(e["mask"]) if e["mask"] in masks else len(masks))
-    cp_masks = _mask_order(cp, masks)
-    best_cp = best_strategies(cp, cp_ids)
-    best_cp.sort(key=lambda e: (cp_masks.index(e["mask"]), e["cp_size"]))
-    cp_combos = _combos(cp)
+    kernel_combos = tables.combos(kernels)
+    best_k = [kernel_answer(e, kernel_ids) for e in tables.best_kernels(kernels, masks)]
+    cp_masks = tables.mask_order(cp, masks)
+    best_cp = [strategy_answer(e, cp_ids) for e in tables.best_strategies(cp, masks)]
+    cp_combos = tables.combos(cp)
 
-    # Failed cells, kernel and CP, with their reason (and the kernel cell's log).
-    failed = []
-    for kind, df, ids in (("kernel", kernels, kernel_ids), ("cp", cp, cp_ids)):
-        if df.empty:
-            continue
-        for rec in df[df["status"] != "ok"].itertuples(index=False):
-            failed.append({"kind": kind, "cell_id": rec.cell_id, "row_id": ids.get(rec.cell_id),
-                           "status": rec.status, "marker": STATUS_MARKERS.get(rec.status, "?"),
-                           "reason": fmt_text(rec.reason),
-                           # the workflow names each cell's log after its cell_id
-                           "log": f"results/logs/{'kernels' if kind == 'kernel' else 'cp'}/{rec.cell_id}.log"})
+    # Failed cells, kernel and CP, with their reason, log and the row behind them.
+    failed = [{**f, "row_id": (kernel_ids if f["kind"] == "kernel" else cp_ids).get(f["cell_id"]),
+               "reason": fmt_text(f["reason"])} for f in tables.failed_cells(kernels, cp)]
 
     # Figures with captions.
     kernel_figs = []
@@ -438,10 +341,9 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
                                         title=f"{mask}: TFLOPs/s by sequence length", caption=thr_caption,
                                         alt=f"TFLOPs/s by sequence length for mask {mask}, one bar per kernel")
         sub = kernels[kernels["mask"] == mask]
-        if not sub["peak_mem_bytes"].notna().any():
-            devices = ", ".join(sorted(set(sub["device"].dropna()))) or "unknown"
-            entry["memory_note"] = (f"Peak memory is recorded on GPU only; these cells ran on {devices}, "
-                                    "so there is no memory figure for this mask.")
+        if not tables.has_peak_memory(sub):
+            entry["memory_note"] = ("Peak memory is recorded on GPU only; these cells ran on "
+                                    f"{tables.devices_text(sub)}, so there is no memory figure for this mask.")
         elif mask in figures.memory and Path(figures.memory[mask]).exists():
             entry["memory"] = embed(figures.memory[mask], id=f"fig-memory-{mask}",
                                     title=f"{mask}: peak memory by sequence length", caption=mem_caption,
@@ -481,22 +383,14 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
                          "table's baseline note says which)."))
         cp_figs.append(entry)
 
-    statuses = kernels["status"].value_counts().to_dict() if len(kernels) else {}
-    cp_statuses = cp["status"].value_counts().to_dict() if len(cp) else {}
     devices = sorted({fmt_text(v) for v in kernels.get("device_name", pd.Series(dtype=object)).dropna()})
 
     # Methodology values taken from the rows themselves.
-    areas = (kernels.drop_duplicates(["mask", "seqlen"])[["mask", "pattern", "seqlen", "area", "density",
-                                                          "mask_params_resolved"]]
-             .sort_values(["mask", "seqlen"]) if len(kernels) else pd.DataFrame())
+    areas = tables.mask_areas(kernels)
     area_rows = [{"mask": r.mask, "pattern": fmt_text(r.pattern), "seqlen": int(r.seqlen), "area": fmt_number(r.area),
                   "area_sort": _sort_key(r.area), "density": fmt_number(r.density),
                   "params": fmt_text(r.mask_params_resolved)} for r in areas.itertuples(index=False)]
-    tolerances = (kernels.dropna(subset=["gate_tolerance"]).drop_duplicates(["direction", "dtype"])
-                  [["direction", "dtype", "gate_tolerance"]].sort_values(["dtype", "direction"])
-                  if len(kernels) else pd.DataFrame(columns=["direction", "dtype", "gate_tolerance"]))
-    shapes = (kernels.drop_duplicates(["batch", "heads_q", "heads_kv", "head_dim"])
-              [["batch", "heads_q", "heads_kv", "head_dim"]].to_dict("records") if len(kernels) else [])
+    tolerances = tables.gate_tolerances(kernels)
 
     environment = {
         "devices": _distinct(kernels, [("device", "device", fmt_text), ("device_name", "device name", fmt_text),
@@ -519,17 +413,16 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
     return {
         "generated": generated or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "n_kernel_cells": len(kernels), "n_cp_cells": len(cp),
-        "statuses": [(s, statuses[s]) for s in STATUS_ORDER if s in statuses]
-        + [(s, n) for s, n in statuses.items() if s not in STATUS_ORDER],
-        "cp_statuses": [(s, cp_statuses[s]) for s in STATUS_ORDER if s in cp_statuses],
+        "statuses": tables.status_counts(kernels),
+        "cp_statuses": tables.status_counts(cp, unknown=False),
         "markers": [(m, s, STATUS_LABELS[s]) for s, m in STATUS_MARKERS.items()],
         "devices": devices,
         "masks": masks,
-        "kernel_combos": kernel_combos, "best_kernels": _answer_grid(best_k, ["mask"], kernel_combos),
+        "kernel_combos": kernel_combos, "best_kernels": tables.answer_grid(best_k, ["mask"], kernel_combos),
         "best_kernel_list": best_k,
         "kernel_many_dtypes": len({t for _, t in kernel_combos}) > 1,
         "cp_many_dtypes": len({t for _, t in cp_combos}) > 1,
-        "cp_combos": cp_combos, "best_cp": _answer_grid(best_cp, ["mask", "cp_size"], cp_combos),
+        "cp_combos": cp_combos, "best_cp": tables.answer_grid(best_cp, ["mask", "cp_size"], cp_combos),
         "cp_config": {"strategies": (config or {}).get("cp_strategies") or [],
                       "sizes": (config or {}).get("cp_sizes") or []},
         "matrix": matrix, "kernel_figures": kernel_figs, "cp_figures": cp_figs,
@@ -539,9 +432,9 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
         "area_rows": area_rows,
         "tolerances": [{"direction": r.direction, "dtype": r.dtype, "tolerance": fmt_number(r.gate_tolerance)}
                        for r in tolerances.itertuples(index=False)],
-        "shapes": shapes,
+        "shapes": tables.problem_shapes(kernels),
         "timing": _timing_phrase(kernels),
-        "gate_seqlens": sorted({int(v) for v in kernels["gate_seqlen"].dropna()}) if len(kernels) else [],
+        "gate_seqlens": tables.gate_seqlens(kernels),
         "ceilings": ceilings, "ceiling_rows": ceiling_rows,
         "environment": environment,
         "config_text": _config_text(config),

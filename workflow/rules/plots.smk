@@ -1,5 +1,5 @@
 # The machine's ceilings, then the figures (scripts under workflow/scripts call longca.execution.ceilings and
-# longca.results.plots; captions under workflow/report/ serve `snakemake --report`).
+# longca.results.plots, which draws longca.results.tables; captions under workflow/report/ serve `snakemake --report`).
 import hashlib
 from pathlib import Path
 
@@ -15,7 +15,8 @@ def code_fingerprint(*paths: str) -> str:
     return h.hexdigest()[:16]
 
 
-PLOT_CODE = code_fingerprint("longca/results/plots.py", "longca/execution/ceilings.py")
+# The figures draw the tables of longca/results/tables.py: editing either redraws them.
+PLOT_CODE = code_fingerprint("longca/results/plots.py", "longca/results/tables.py", "longca/execution/ceilings.py")
 # CP figures exist once CP cells do (one per mask the CP grid covers); with none, the report says so.
 CP_MASKS = [m for m in MASK_NAMES if m in {getattr(c, "mask", m) for c in CP_CELLS}] if CP_CELLS else []
 

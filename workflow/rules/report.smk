@@ -6,7 +6,9 @@ localrules:
     html_report,
 
 
-REPORT_CODE = code_fingerprint("longca/results/report.py", "workflow/templates/report.html.j2",
+# The report shows the tables of longca/results/tables.py: editing them rebuilds it too.
+REPORT_CODE = code_fingerprint("longca/results/report.py", "longca/results/tables.py",
+                               "workflow/templates/report.html.j2",
                                "workflow/templates/report_env_table.html.j2")
 
 

@@ -1,0 +1,352 @@
+"""The tables the report shows, shaped once from the result rows (pandas DataFrames of
+``results/kernels.parquet`` and ``results/cp.parquet``) for the figures (``plots``), the HTML
+(``report``) and the tests alike.
+
+Pure data: no matplotlib, no HTML.  Values stay numbers (the report formats them, the figures draw
+them); the only text made here is what a table holds as data: a status's marker letter, a sequence
+length's label (``32K``) and the sentence saying why a table cell has no number.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+# Every status a cell can have, in the order the report counts them.
+STATUS_ORDER = ["ok", "unsupported", "oom", "wrong", "error", "timeout"]
+# What a missing bar means, drawn where the bar would be (and listed with the failed cells).
+STATUS_MARKERS = {"unsupported": "X", "oom": "E", "wrong": "W", "error": "!", "timeout": "T"}
+STATUS_LABELS = {"unsupported": "unsupported", "oom": "out of memory", "wrong": "failed correctness",
+                 "error": "error / crashed", "timeout": "timed out"}
+DIRECTION_TITLES = {"fwd": "forward", "bwd": "backward"}
+# What a CP row and its single-GPU baseline row share (besides kernel == local_kernel and the length).
+BASELINE_KEYS = ["mask", "direction", "dtype", "batch", "heads_q", "heads_kv", "head_dim"]
+
+
+# --- labels and statuses ---------------------------------------------------------------------
+
+
+def seqlen_label(n: int) -> str:
+    """``1024`` → ``1K``, ``2**20`` → ``1M``; a length that is no whole multiple stays a number."""
+    n = int(n)
+    if n >= 1024 * 1024 and n % (1024 * 1024) == 0:
+        return f"{n // (1024 * 1024)}M"
+    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def status_marker(status: str) -> str:
+    return STATUS_MARKERS.get(status, "?")
+
+
+def status_summary(statuses: Iterable[str]) -> str:
+    """``3 oom, 1 error``: how many of each status, most frequent first."""
+    counts = pd.Series(list(statuses)).value_counts()
+    return ", ".join(f"{n} {s}" for s, n in counts.items())
+
+
+def status_counts(df: pd.DataFrame, *, unknown: bool = True) -> list[tuple[str, int]]:
+    """``(status, count)`` in ``STATUS_ORDER``; statuses outside it follow when ``unknown``."""
+    counts = df["status"].value_counts().to_dict() if len(df) else {}
+    known = [(s, counts[s]) for s in STATUS_ORDER if s in counts]
+    return known + ([(s, n) for s, n in counts.items() if s not in STATUS_ORDER] if unknown else [])
+
+
+def ok_rows(df: pd.DataFrame, value: str = "tflops") -> pd.DataFrame:
+    """The rows that produced a number: status ``ok`` and ``value`` present."""
+    return df[(df["status"] == "ok") & df[value].notna()]
+
+
+# --- what a table spans ----------------------------------------------------------------------
+
+
+def directions(df: pd.DataFrame) -> list[str]:
+    """Directions present: forward, backward, then any other (sorted)."""
+    present = set(df["direction"]) if len(df) else set()
+    return [d for d in DIRECTION_TITLES if d in present] + sorted(present - set(DIRECTION_TITLES))
+
+
+def dtypes(df: pd.DataFrame) -> list[str]:
+    return sorted(set(df["dtype"])) if len(df) else []
+
+
+def combos(df: pd.DataFrame) -> list[tuple[str, str]]:
+    """``(direction, dtype)`` pairs, by dtype then direction: the answer tables' columns and the CP
+    figures' rows of panels."""
+    return [(d, t) for t in dtypes(df) for d in directions(df)]
+
+
+def mask_order(df: pd.DataFrame, masks: list[str] | None) -> list[str]:
+    """The masks present, in the given (config) order first, then the others as they appear."""
+    present = list(dict.fromkeys(df["mask"])) if len(df) else []
+    ordered = [m for m in (masks or []) if m in present]
+    return ordered + [m for m in present if m not in ordered]
+
+
+def has_peak_memory(df: pd.DataFrame) -> bool:
+    """Whether any row recorded peak memory (GPU only)."""
+    return bool(df["peak_mem_bytes"].notna().any())
+
+
+def devices_text(df: pd.DataFrame) -> str:
+    """The devices the rows ran on, e.g. ``cpu`` (``unknown`` when none is recorded)."""
+    return ", ".join(sorted(set(df["device"].dropna()))) or "unknown"
+
+
+# --- kernels ---------------------------------------------------------------------------------
+
+
+def best_per_kernel_mask(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (direction, dtype, kernel, mask): the best TFLOPs/s over seqlens, the seqlen it was at,
+    and the statuses of the cells that produced no number (``failed``: marker letters, sorted)."""
+    records = []
+    for (direction, dtype, kernel, mask), g in df.groupby(["direction", "dtype", "kernel", "mask"], sort=False):
+        ok = ok_rows(g)
+        best = ok.loc[ok["tflops"].idxmax()] if len(ok) else None
+        failed = "".join(sorted({status_marker(s) for s in g["status"] if s != "ok"}))
+        records.append({"direction": direction, "dtype": dtype, "kernel": kernel, "mask": mask,
+                        "tflops": float(best["tflops"]) if best is not None else np.nan,
+                        "seqlen": int(best["seqlen"]) if best is not None else None,
+                        "failed": failed, "n_cells": len(g)})
+    return pd.DataFrame(records, columns=["direction", "dtype", "kernel", "mask", "tflops", "seqlen", "failed",
+                                          "n_cells"])
+
+
+def best_kernels(df: pd.DataFrame, masks: list[str] | None = None) -> list[dict]:
+    """The fastest correct kernel per (mask, direction, dtype), at the longest seqlen where any
+    kernel produced a number; with the runner-up there, and at how many lengths it was fastest.
+
+    An entry always has ``mask``, ``direction``, ``dtype``, ``kernel`` (``None`` when no kernel
+    produced a number) and ``longest_grid``; with a winner also ``seqlen``, ``tflops``,
+    ``tflops_p20``, ``tflops_p80``, ``cell_id``, ``wins`` and ``lengths``, and, when another kernel
+    has a number there, ``runner_up``, ``runner_up_tflops``, ``runner_up_cell_id`` and ``ratio``;
+    ``note`` says why longer lengths (or all) have no number.  Entries follow ``mask_order``."""
+    best = []
+    for (mask, direction, dtype), group in df.groupby(["mask", "direction", "dtype"], sort=False):
+        ok = ok_rows(group)
+        entry = {"mask": mask, "direction": direction, "dtype": dtype, "kernel": None,
+                 "longest_grid": int(group["seqlen"].max())}
+        if ok.empty:
+            entry["note"] = "no kernel produced a number (" + status_summary(group["status"]) + ")"
+            best.append(entry)
+            continue
+        longest = int(ok["seqlen"].max())
+        at = ok[ok["seqlen"] == longest].sort_values("tflops", ascending=False)
+        top = at.iloc[0]
+        winners = ok.loc[ok.groupby("seqlen")["tflops"].idxmax(), "kernel"]
+        entry.update(kernel=top["kernel"], seqlen=longest, tflops=float(top["tflops"]),
+                     tflops_p20=top["tflops_p20"], tflops_p80=top["tflops_p80"], cell_id=top["cell_id"],
+                     wins=int((winners == top["kernel"]).sum()), lengths=len(winners))
+        if len(at) > 1:
+            second = at.iloc[1]
+            entry.update(runner_up=second["kernel"], runner_up_tflops=second["tflops"],
+                         runner_up_cell_id=second["cell_id"],
+                         ratio=float(top["tflops"]) / float(second["tflops"]) if second["tflops"] else None)
+        if longest < entry["longest_grid"]:
+            failed = group[group["seqlen"] > longest]
+            entry["note"] = (f"no kernel produced a number above {seqlen_label(longest)} ("
+                             + status_summary(failed["status"]) + ")")
+        best.append(entry)
+    order = mask_order(df, masks)
+    best.sort(key=lambda e: order.index(e["mask"]))
+    return best
+
+
+def mask_areas(kernels: pd.DataFrame) -> pd.DataFrame:
+    """One row per (mask, seqlen): its pattern, exact area, density and resolved parameters."""
+    if not len(kernels):
+        return pd.DataFrame()
+    return (kernels.drop_duplicates(["mask", "seqlen"])
+            [["mask", "pattern", "seqlen", "area", "density", "mask_params_resolved"]]
+            .sort_values(["mask", "seqlen"]))
+
+
+def gate_tolerances(kernels: pd.DataFrame) -> pd.DataFrame:
+    """The correctness tolerance per (direction, dtype), as the rows record it."""
+    if not len(kernels):
+        return pd.DataFrame(columns=["direction", "dtype", "gate_tolerance"])
+    return (kernels.dropna(subset=["gate_tolerance"]).drop_duplicates(["direction", "dtype"])
+            [["direction", "dtype", "gate_tolerance"]].sort_values(["dtype", "direction"]))
+
+
+def problem_shapes(kernels: pd.DataFrame) -> list[dict]:
+    """The distinct (batch, heads_q, heads_kv, head_dim) the rows measured."""
+    if not len(kernels):
+        return []
+    return kernels.drop_duplicates(["batch", "heads_q", "heads_kv", "head_dim"])[
+        ["batch", "heads_q", "heads_kv", "head_dim"]].to_dict("records")
+
+
+def gate_seqlens(kernels: pd.DataFrame) -> list[int]:
+    return sorted({int(v) for v in kernels["gate_seqlen"].dropna()}) if len(kernels) else []
+
+
+def timing_settings(df: pd.DataFrame) -> list[tuple[int, float, int]]:
+    """The distinct ``(warmup calls, warm-up ms (0 when none), timed reps)`` the rows record."""
+    if not (len(df) and "warmup" in df):
+        return []
+    ms = df["warmup_ms"] if "warmup_ms" in df else pd.Series([None] * len(df), index=df.index)
+    return sorted({(int(w), float(m) if pd.notna(m) else 0.0, int(r))
+                   for w, m, r in zip(df["warmup"], ms, df["reps"]) if pd.notna(w) and pd.notna(r)})
+
+
+# --- context parallelism ---------------------------------------------------------------------
+
+
+def empty_cp() -> pd.DataFrame:
+    """A CP table without rows (every column of the schema)."""
+    from .parquet import CP_SCHEMA
+
+    return CP_SCHEMA.empty_table().to_pandas()
+
+
+def tokens_per_rank(cp: pd.DataFrame) -> pd.Series:
+    """``tokens_per_rank`` where the table has it, else ``seqlen // cp_size``."""
+    derived = (cp["seqlen"] // cp["cp_size"]).astype("Int64") if len(cp) else pd.Series([], dtype="Int64")
+    if "tokens_per_rank" in cp.columns:
+        return cp["tokens_per_rank"].astype("Int64").fillna(derived)
+    return derived
+
+
+def cp_efficiency(cp: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
+    """CP rows with their single-GPU baseline: the kernel table's row for ``kernel == local_kernel``
+    with the same mask, direction, dtype and shapes at ``seqlen == tokens_per_rank``.
+
+    Adds ``tokens_per_rank``, ``baseline_tflops``, ``baseline_cell_id``, ``efficiency``
+    (``tflops_per_gpu / baseline_tflops``, only when both are numbers) and ``baseline_note`` (why
+    there is no efficiency, when there is none)."""
+    out = cp.copy()
+    out["tokens_per_rank"] = tokens_per_rank(cp)
+    out["baseline_tflops"] = np.nan
+    out["baseline_cell_id"] = None
+    out["efficiency"] = np.nan
+    out["baseline_note"] = None
+    if out.empty:
+        return out
+    keys = [k for k in BASELINE_KEYS if k in out.columns and k in kernels.columns]
+
+    def norm(value):  # a missing value matches a missing value (NaN != NaN)
+        return None if value is None or (isinstance(value, float) and np.isnan(value)) else value
+
+    index = {}
+    for row in kernels.itertuples(index=False):
+        key = (row.kernel, int(row.seqlen)) + tuple(norm(getattr(row, k)) for k in keys)
+        index.setdefault(key, row)
+    for i, row in out.iterrows():
+        tpr = row["tokens_per_rank"]
+        if pd.isna(tpr):
+            out.at[i, "baseline_note"] = "tokens per rank unknown"
+            continue
+        key = (row["local_kernel"], int(tpr)) + tuple(norm(row[k]) for k in keys)
+        base = index.get(key)
+        if base is None:
+            out.at[i, "baseline_note"] = (f"no single-GPU {row['local_kernel']} cell at {int(tpr)} tokens "
+                                          f"with the same mask, direction, dtype and shapes")
+            continue
+        out.at[i, "baseline_cell_id"] = base.cell_id
+        if base.status != "ok" or pd.isna(base.tflops):
+            out.at[i, "baseline_note"] = f"single-GPU cell {base.cell_id} is {base.status}"
+            continue
+        out.at[i, "baseline_tflops"] = float(base.tflops)
+        if row["status"] == "ok" and pd.notna(row["tflops_per_gpu"]):
+            out.at[i, "efficiency"] = float(row["tflops_per_gpu"]) / float(base.tflops)
+        else:
+            out.at[i, "baseline_note"] = f"the CP cell is {row['status']}"
+    return out
+
+
+def rank_imbalance(rank_area: Iterable) -> list[float]:
+    """Per row: max over mean of the ranks' attended pairs (NaN where not recorded or all zero)."""
+    return [max(a) / (sum(a) / len(a)) if isinstance(a, (list, np.ndarray)) and len(a) and sum(a) else np.nan
+            for a in rank_area]
+
+
+def cp_table(cp: pd.DataFrame | None, kernels: pd.DataFrame) -> pd.DataFrame:
+    """The CP table the report shows: ``cp_efficiency`` plus ``imbalance`` (``rank_imbalance``)."""
+    cp = cp_efficiency(empty_cp() if cp is None else cp, kernels)
+    if len(cp) and "rank_area" in cp.columns:
+        cp["imbalance"] = rank_imbalance(cp["rank_area"])
+    return cp
+
+
+def best_strategies(cp: pd.DataFrame, masks: list[str] | None = None) -> list[dict]:
+    """The fastest correct CP strategy per (mask, cp_size, direction, dtype) by per-GPU TFLOPs/s, at
+    the longest global seqlen where any strategy produced a number; ``cp`` comes from
+    ``cp_efficiency`` (it has ``tokens_per_rank``, ``efficiency`` and ``baseline_note``).
+
+    An entry always has ``mask``, ``cp_size``, ``direction``, ``dtype`` and ``strategy`` (``None``
+    when no strategy produced a number); with a winner also ``local_kernel``, ``seqlen``,
+    ``tokens_per_rank`` (or ``None``), ``tflops_per_gpu``, ``efficiency``, ``baseline_note`` and
+    ``cell_id``, and ``runner_up`` / ``runner_up_tflops`` when another strategy has a number there;
+    ``note`` as in ``best_kernels``.  Entries follow ``mask_order``, then cp_size."""
+    best = []
+    if cp.empty:
+        return best
+    for (mask, cp_size, direction, dtype), group in cp.groupby(["mask", "cp_size", "direction", "dtype"],
+                                                               sort=False):
+        ok = ok_rows(group, "tflops_per_gpu")
+        entry = {"mask": mask, "cp_size": int(cp_size), "direction": direction, "dtype": dtype, "strategy": None}
+        if ok.empty:
+            entry["note"] = "no strategy produced a number (" + status_summary(group["status"]) + ")"
+            best.append(entry)
+            continue
+        longest = int(ok["seqlen"].max())
+        at = ok[ok["seqlen"] == longest].sort_values("tflops_per_gpu", ascending=False)
+        top = at.iloc[0]
+        tpr = top["tokens_per_rank"] if "tokens_per_rank" in top and pd.notna(top["tokens_per_rank"]) else None
+        entry.update(strategy=top["strategy"], local_kernel=top["local_kernel"], seqlen=longest,
+                     tokens_per_rank=tpr, tflops_per_gpu=top["tflops_per_gpu"], efficiency=top["efficiency"],
+                     baseline_note=top["baseline_note"], cell_id=top["cell_id"])
+        if len(at) > 1:
+            second = at.iloc[1]
+            entry.update(runner_up=second["strategy"], runner_up_tflops=second["tflops_per_gpu"])
+        if longest < int(group["seqlen"].max()):
+            failed = group[group["seqlen"] > longest]
+            entry["note"] = (f"no strategy produced a number above {seqlen_label(longest)} ("
+                             + status_summary(failed["status"]) + ")")
+        best.append(entry)
+    order = mask_order(cp, masks)
+    best.sort(key=lambda e: (order.index(e["mask"]), e["cp_size"]))
+    return best
+
+
+# --- both ------------------------------------------------------------------------------------
+
+
+def answer_grid(entries: list[dict], row_keys: list[str], columns: list[tuple[str, str]]) -> list[dict]:
+    """Entries laid out as rows (by ``row_keys``, first-seen order) × columns ((direction, dtype)
+    pairs, e.g. ``combos``); a missing pair is ``None``."""
+    rows: dict[tuple, dict] = {}
+    for e in entries:
+        key = tuple(e[k] for k in row_keys)
+        rows.setdefault(key, {"key": dict(zip(row_keys, key)), "cells": {}})["cells"][(e["direction"], e["dtype"])] = e
+    return [{"key": r["key"], "cells": [r["cells"].get(c) for c in columns]} for r in rows.values()]
+
+
+def failed_cells(kernels: pd.DataFrame, cp: pd.DataFrame) -> list[dict]:
+    """Every kernel and CP cell without a number: ``kind``, ``cell_id``, ``status``, ``marker``,
+    ``reason`` and ``log`` (the workflow names each cell's log after its cell_id)."""
+    failed = []
+    for kind, df in (("kernel", kernels), ("cp", cp)):
+        if df.empty:
+            continue
+        for rec in df[df["status"] != "ok"].itertuples(index=False):
+            failed.append({"kind": kind, "cell_id": rec.cell_id, "status": rec.status,
+                           "marker": status_marker(rec.status), "reason": rec.reason,
+                           "log": f"results/logs/{'kernels' if kind == 'kernel' else 'cp'}/{rec.cell_id}.log"})
+    return failed
+
+
+def distinct_counts(df: pd.DataFrame, columns: list[tuple[str, str, Callable[[Any], str]]],
+                    count_label: str = "cells") -> pd.DataFrame:
+    """How many rows share each combination of the given columns' values, as text: ``columns`` are
+    ``(key, header, to_text)``; a column missing from the table or empty in every row is left out."""
+    cols = [(k, h, f) for k, h, f in columns if k in df.columns]
+    if df.empty or not cols:
+        return pd.DataFrame()
+    view = pd.DataFrame({h: [f(v) for v in df[k]] for k, h, f in cols})
+    view = view[[h for h in view.columns if (view[h] != "").any()]]
+    if view.columns.empty:
+        return pd.DataFrame()
+    return view.groupby(list(view.columns), dropna=False, sort=True).size().reset_index(name=count_label)

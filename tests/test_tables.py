@@ -1,0 +1,272 @@
+"""The tables the report shows (longca.results.tables): winners, status markers, CP efficiency and
+the methodology tables, on synthetic rows (report_data) and on small hand-made frames."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import report_data as rd
+
+from longca.results import tables
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    return rd.kernels_df()
+
+
+def _rows(*records, **common) -> pd.DataFrame:
+    return pd.DataFrame([{**common, **r} for r in records])
+
+
+# --- labels and statuses ---------------------------------------------------------------------
+
+
+def test_seqlen_labels():
+    assert [tables.seqlen_label(n) for n in (512, 1024, 32768, 1536, 1000, 2 ** 20)] == \
+        ["512", "1K", "32K", "1536", "1000", "1M"]
+
+
+def test_status_markers_summaries_and_counts():
+    assert [tables.status_marker(s) for s in ("unsupported", "oom", "wrong", "error", "timeout", "lost")] == \
+        ["X", "E", "W", "!", "T", "?"]
+    assert tables.status_summary(["oom", "error", "oom", "oom"]) == "3 oom, 1 error"
+    df = _rows({"status": "oom"}, {"status": "ok"}, {"status": "lost"}, {"status": "ok"}, {"status": "unsupported"})
+    assert tables.status_counts(df) == [("ok", 2), ("unsupported", 1), ("oom", 1), ("lost", 1)]
+    assert tables.status_counts(df, unknown=False) == [("ok", 2), ("unsupported", 1), ("oom", 1)]
+    assert tables.status_counts(df.iloc[0:0]) == []
+
+
+def test_ok_rows_have_status_ok_and_a_number():
+    df = _rows({"status": "ok", "tflops": 1.0, "tflops_per_gpu": np.nan},
+               {"status": "ok", "tflops": np.nan, "tflops_per_gpu": 2.0},
+               {"status": "oom", "tflops": 3.0, "tflops_per_gpu": 3.0})
+    assert list(tables.ok_rows(df).index) == [0]
+    assert list(tables.ok_rows(df, "tflops_per_gpu").index) == [1]
+
+
+# --- what a table spans ----------------------------------------------------------------------
+
+
+def test_directions_dtypes_and_their_combinations():
+    df = _rows({"direction": "bwd", "dtype": "float16"}, {"direction": "fwd_bwd", "dtype": "bfloat16"},
+               {"direction": "fwd", "dtype": "float16"})
+    assert tables.directions(df) == ["fwd", "bwd", "fwd_bwd"]
+    assert tables.dtypes(df) == ["bfloat16", "float16"]
+    assert tables.combos(df) == [("fwd", "bfloat16"), ("bwd", "bfloat16"), ("fwd_bwd", "bfloat16"),
+                                 ("fwd", "float16"), ("bwd", "float16"), ("fwd_bwd", "float16")]
+    assert tables.directions(df.iloc[0:0]) == [] and tables.combos(df.iloc[0:0]) == []
+
+
+def test_mask_order_puts_the_config_order_first():
+    df = _rows({"mask": "b"}, {"mask": "c"}, {"mask": "a"}, {"mask": "b"})
+    assert tables.mask_order(df, ["a", "zzz", "b"]) == ["a", "b", "c"]
+    assert tables.mask_order(df, None) == ["b", "c", "a"]
+    assert tables.mask_order(df.iloc[0:0], ["a"]) == []
+
+
+def test_peak_memory_and_devices():
+    gpu = _rows({"peak_mem_bytes": np.nan, "device": "cuda"}, {"peak_mem_bytes": 2.0 ** 20, "device": "cuda"})
+    cpu = _rows({"peak_mem_bytes": np.nan, "device": "cpu"}, {"peak_mem_bytes": np.nan, "device": None})
+    assert tables.has_peak_memory(gpu) and not tables.has_peak_memory(cpu)
+    assert tables.devices_text(cpu) == "cpu"
+    assert tables.devices_text(_rows({"device": None})) == "unknown"
+    assert tables.devices_text(_rows({"device": "cuda"}, {"device": "cpu"})) == "cpu, cuda"
+
+
+# --- kernels ---------------------------------------------------------------------------------
+
+
+def test_best_per_kernel_mask(kernels):
+    best = tables.best_per_kernel_mask(kernels).set_index(["direction", "kernel", "mask"])
+    assert best.loc[("fwd", "fast_kernel", "causal"), "tflops"] == pytest.approx(2.0)
+    assert best.loc[("fwd", "fast_kernel", "causal"), "seqlen"] == 256
+    assert best.loc[("fwd", "fast_kernel", "sliding"), "failed"] == "!T"
+    assert best.loc[("fwd", "slow_kernel", "causal"), "failed"] == "E"
+    assert np.isnan(best.loc[("fwd", "never_kernel", "causal"), "tflops"])
+    assert best.loc[("fwd", "never_kernel", "causal"), "failed"] == "X"
+
+
+def test_best_kernel_notes_lengths_where_nothing_produced_a_number():
+    df = rd.kernels_df()
+    df.loc[(df["mask"] == "causal") & (df["seqlen"] == 256), "status"] = "oom"
+    best = {(e["mask"], e["direction"]): e for e in tables.best_kernels(df)}
+    e = best[("causal", "fwd")]
+    assert e["kernel"] == "fast_kernel" and e["seqlen"] == 128
+    assert e["note"] == "no kernel produced a number above 128 (3 oom)"
+    df.loc[df["mask"] == "causal", "status"] = "unsupported"
+    e = {(e["mask"], e["direction"]): e for e in tables.best_kernels(df)}[("causal", "fwd")]
+    assert e["kernel"] is None and e["note"] == "no kernel produced a number (9 unsupported)"
+
+
+def test_best_kernel_runner_up_ratio_and_wins_on_a_small_table():
+    common = {"mask": "causal", "direction": "fwd", "dtype": "bfloat16"}
+    df = _rows({"kernel": "a", "seqlen": 1024, "status": "ok", "tflops": 4.0},
+               {"kernel": "b", "seqlen": 1024, "status": "ok", "tflops": 5.0},
+               {"kernel": "a", "seqlen": 2048, "status": "ok", "tflops": 6.0},
+               {"kernel": "b", "seqlen": 2048, "status": "ok", "tflops": 3.0},
+               {"kernel": "a", "seqlen": 4096, "status": "oom", "tflops": np.nan},
+               {"kernel": "b", "seqlen": 4096, "status": "timeout", "tflops": np.nan},
+               {"mask": "full", "kernel": "a", "seqlen": 1024, "status": "ok", "tflops": 1.0},
+               **common)
+    df["cell_id"] = [f"{k}/{m}/{s}" for k, m, s in zip(df["kernel"], df["mask"], df["seqlen"])]
+    df["tflops_p20"], df["tflops_p80"] = df["tflops"] * 0.9, df["tflops"] * 1.1
+    causal, full = tables.best_kernels(df)
+    assert causal["kernel"] == "a" and causal["seqlen"] == 2048 and causal["longest_grid"] == 4096
+    assert causal["tflops"] == 6.0 and causal["tflops_p20"] == pytest.approx(5.4)
+    assert causal["cell_id"] == "a/causal/2048"
+    assert (causal["runner_up"], causal["runner_up_tflops"], causal["runner_up_cell_id"]) == ("b", 3.0, "b/causal/2048")
+    assert causal["ratio"] == pytest.approx(2.0)
+    assert (causal["wins"], causal["lengths"]) == (1, 2)  # b was fastest at 1024
+    assert causal["note"] == "no kernel produced a number above 2K (1 oom, 1 timeout)"
+    assert full["kernel"] == "a" and "runner_up" not in full and "note" not in full
+    assert [e["mask"] for e in tables.best_kernels(df, ["full", "causal"])] == ["full", "causal"]
+
+
+def test_methodology_tables_on_a_small_table():
+    df = _rows({"mask": "m2", "pattern": "p", "seqlen": 128, "area": 10, "density": 0.5, "mask_params_resolved": "{}",
+                "direction": "bwd", "dtype": "float16", "gate_tolerance": 0.04, "gate_seqlen": 64.0},
+               {"mask": "m1", "pattern": "p", "seqlen": 256, "area": 20, "density": 0.25, "mask_params_resolved": "{}",
+                "direction": "fwd", "dtype": "float16", "gate_tolerance": 0.02, "gate_seqlen": np.nan},
+               {"mask": "m1", "pattern": "p", "seqlen": 256, "area": 20, "density": 0.25, "mask_params_resolved": "{}",
+                "direction": "fwd", "dtype": "float16", "gate_tolerance": np.nan, "gate_seqlen": 32.0},
+               batch=1, heads_q=4, heads_kv=2, head_dim=16)
+    df.loc[2, "heads_q"] = 8
+    areas = tables.mask_areas(df)
+    assert list(areas.columns) == ["mask", "pattern", "seqlen", "area", "density", "mask_params_resolved"]
+    assert list(zip(areas["mask"], areas["seqlen"], areas["area"])) == [("m1", 256, 20), ("m2", 128, 10)]
+    tol = tables.gate_tolerances(df)
+    assert list(zip(tol["direction"], tol["gate_tolerance"])) == [("bwd", 0.04), ("fwd", 0.02)]
+    assert tables.problem_shapes(df) == [{"batch": 1, "heads_q": 4, "heads_kv": 2, "head_dim": 16},
+                                         {"batch": 1, "heads_q": 8, "heads_kv": 2, "head_dim": 16}]
+    assert tables.gate_seqlens(df) == [32, 64]
+    empty = df.iloc[0:0]
+    assert tables.mask_areas(empty).empty and tables.problem_shapes(empty) == [] and tables.gate_seqlens(empty) == []
+    assert list(tables.gate_tolerances(empty).columns) == ["direction", "dtype", "gate_tolerance"]
+
+
+def test_timing_settings():
+    df = _rows({"warmup": 2, "warmup_ms": np.nan, "reps": 5}, {"warmup": 2, "warmup_ms": 25.0, "reps": 5},
+               {"warmup": 2, "warmup_ms": np.nan, "reps": 5}, {"warmup": np.nan, "warmup_ms": 1.0, "reps": 5})
+    assert tables.timing_settings(df) == [(2, 0.0, 5), (2, 25.0, 5)]
+    assert tables.timing_settings(df.drop(columns="warmup_ms")) == [(2, 0.0, 5)]
+    assert tables.timing_settings(df.drop(columns="warmup")) == []
+
+
+# --- context parallelism ---------------------------------------------------------------------
+
+
+def test_cp_efficiency_compares_with_the_single_gpu_kernel_at_tokens_per_rank(kernels):
+    eff = tables.cp_efficiency(rd.cp_df(), kernels).set_index("cell_id")
+    ring = eff.loc["ring/causal/bfloat16_fwd_64x2"]
+    # 64 tokens per rank: fast_kernel causal bf16 fwd at 64 is 0.5 TFLOPs/s; ring reaches 0.45 per GPU.
+    assert ring["tokens_per_rank"] == 64 and ring["seqlen"] == 128
+    assert ring["baseline_tflops"] == pytest.approx(0.5) and ring["efficiency"] == pytest.approx(0.9)
+    assert ring["baseline_cell_id"] == "fast_kernel/causal/bfloat16_fwd_64"
+    assert eff.loc["ulysses/causal/bfloat16_bwd_64x4", "efficiency"] == pytest.approx(0.7)
+    oom = eff.loc["ulysses/causal/bfloat16_fwd_128x4"]
+    assert np.isnan(oom["efficiency"]) and oom["baseline_note"] == "the CP cell is oom"
+
+
+def test_cp_efficiency_says_why_a_baseline_is_missing(kernels):
+    cp = rd.cp_df(with_tokens_per_rank=False)  # tokens per rank derived: seqlen // cp_size
+    assert "tokens_per_rank" not in cp.columns or cp["tokens_per_rank"].isna().all()
+    cp.loc[0, "mask"] = "no_such_mask"  # no kernel cell for it
+    cp.loc[1, "local_kernel"] = "never_kernel"  # its kernel cells are all unsupported
+    eff = tables.cp_efficiency(cp, kernels)
+    assert eff.loc[0, "tokens_per_rank"] == 64 and np.isnan(eff.loc[0, "efficiency"])
+    assert eff.loc[0, "baseline_note"].startswith("no single-GPU fast_kernel cell at 64 tokens")
+    assert eff.loc[1, "baseline_note"] == f"single-GPU cell never_kernel/causal/bfloat16_{cp.loc[1, 'direction']}_64 " \
+                                          "is unsupported"
+    assert eff.loc[2:, "efficiency"].notna().sum() == len(cp) - 2 - 2  # all but these two and the OOM pair
+
+
+def test_cp_efficiency_matches_rows_whose_shapes_were_not_recorded(kernels):
+    # Missing values (NaN in pandas) on both sides still name the same problem.
+    k, cp = kernels.copy(), rd.cp_df()
+    for col in ("batch", "heads_q", "heads_kv", "head_dim"):
+        k[col], cp[col] = np.nan, np.nan
+    eff = tables.cp_efficiency(cp, k).set_index("cell_id")
+    assert eff.loc["ring/causal/bfloat16_fwd_64x2", "efficiency"] == pytest.approx(0.9)
+    # A recorded shape that differs is another problem: no baseline.
+    cp["heads_q"] = 8
+    assert tables.cp_efficiency(cp, k)["efficiency"].isna().all()
+
+
+def test_cp_efficiency_of_an_empty_table_is_empty(kernels):
+    assert tables.cp_efficiency(rd.empty_cp_df(), kernels).empty
+
+
+def test_tokens_per_rank_recorded_or_derived():
+    cp = pd.DataFrame({"seqlen": [1024, 4096], "cp_size": [2, 4],
+                       "tokens_per_rank": pd.array([100, None], dtype="Int64")})
+    assert list(tables.tokens_per_rank(cp)) == [100, 1024]
+    assert list(tables.tokens_per_rank(cp.drop(columns="tokens_per_rank"))) == [512, 1024]
+    assert tables.tokens_per_rank(cp.iloc[0:0]).empty
+
+
+def test_rank_imbalance_and_the_cp_table(kernels):
+    imb = tables.rank_imbalance([[1, 1, 1, 1], [3, 1], np.array([2, 2]), [], [0, 0], None])
+    assert imb[:3] == [1.0, 1.5, 1.0] and all(np.isnan(v) for v in imb[3:])
+    table = tables.cp_table(rd.cp_df(), kernels)
+    assert {"efficiency", "baseline_note", "imbalance"} <= set(table.columns)
+    # rank_area [1000, 1010] on cp_size 2: max / mean = 1010 / 1005
+    assert table.loc[table["cp_size"] == 2, "imbalance"].iloc[0] == pytest.approx(1010 / 1005)
+    empty = tables.cp_table(None, kernels)
+    assert empty.empty and "efficiency" in empty.columns and "strategy" in empty.columns
+
+
+def test_best_strategies_on_a_small_table():
+    common = {"mask": "causal", "direction": "fwd", "dtype": "bfloat16", "local_kernel": "k", "cp_size": 2}
+    cp = _rows({"strategy": "ring", "seqlen": 2048, "status": "ok", "tflops_per_gpu": 1.0, "efficiency": 0.5},
+               {"strategy": "a2a", "seqlen": 2048, "status": "ok", "tflops_per_gpu": 1.5, "efficiency": np.nan},
+               {"strategy": "ring", "seqlen": 4096, "status": "oom", "tflops_per_gpu": np.nan, "efficiency": np.nan},
+               {"strategy": "ring", "seqlen": 1024, "status": "error", "tflops_per_gpu": np.nan, "efficiency": np.nan,
+                "cp_size": 4, "mask": "full"},
+               **common)
+    cp["cell_id"] = [f"c{i}" for i in range(len(cp))]
+    cp["tokens_per_rank"] = cp["seqlen"] // cp["cp_size"]
+    cp["baseline_note"] = [None, "no single-GPU k cell", None, None]
+    full, causal = tables.best_strategies(cp, ["full", "causal"])
+    assert full["strategy"] is None and full["note"] == "no strategy produced a number (1 error)"
+    assert (causal["strategy"], causal["seqlen"], causal["tokens_per_rank"]) == ("a2a", 2048, 1024)
+    assert causal["tflops_per_gpu"] == 1.5 and np.isnan(causal["efficiency"])
+    assert causal["baseline_note"] == "no single-GPU k cell" and causal["cell_id"] == "c1"
+    assert (causal["runner_up"], causal["runner_up_tflops"]) == ("ring", 1.0)
+    assert causal["note"] == "no strategy produced a number above 2K (1 oom)"
+    assert tables.best_strategies(cp.iloc[0:0]) == []
+
+
+# --- both ------------------------------------------------------------------------------------
+
+
+def test_answer_grid_lays_entries_out_as_rows_by_columns():
+    entries = [{"mask": "a", "direction": "fwd", "dtype": "bf16", "v": 1},
+               {"mask": "b", "direction": "bwd", "dtype": "bf16", "v": 2},
+               {"mask": "a", "direction": "bwd", "dtype": "bf16", "v": 3}]
+    grid = tables.answer_grid(entries, ["mask"], [("fwd", "bf16"), ("bwd", "bf16")])
+    assert [r["key"] for r in grid] == [{"mask": "a"}, {"mask": "b"}]
+    assert [[c and c["v"] for c in r["cells"]] for r in grid] == [[1, 3], [None, 2]]
+
+
+def test_failed_cells_list_kernel_and_cp_cells_with_their_log():
+    k = _rows({"cell_id": "k/ok", "status": "ok", "reason": None},
+              {"cell_id": "k/oom", "status": "oom", "reason": "out of memory"})
+    cp = _rows({"cell_id": "ring/x", "status": "timeout", "reason": "ran past 2 s"})
+    assert tables.failed_cells(k, cp) == [
+        {"kind": "kernel", "cell_id": "k/oom", "status": "oom", "marker": "E", "reason": "out of memory",
+         "log": "results/logs/kernels/k/oom.log"},
+        {"kind": "cp", "cell_id": "ring/x", "status": "timeout", "marker": "T", "reason": "ran past 2 s",
+         "log": "results/logs/cp/ring/x.log"}]
+    assert tables.failed_cells(k.iloc[0:0], cp.iloc[0:0]) == []
+
+
+def test_distinct_counts_leave_out_what_nothing_recorded():
+    df = _rows({"device": "cuda", "slot": None, "host": "h1"}, {"device": "cuda", "slot": None, "host": "h1"},
+               {"device": "cpu", "slot": None, "host": "h2"})
+    text = lambda v: "" if v is None else str(v)  # noqa: E731
+    counts = tables.distinct_counts(df, [("device", "device", text), ("slot", "GPU slot", text),
+                                         ("host", "host", text), ("absent", "absent", text)])
+    assert list(counts.columns) == ["device", "host", "cells"]
+    assert counts.values.tolist() == [["cpu", "h2", 1], ["cuda", "h1", 2]]
+    assert tables.distinct_counts(df, [("slot", "GPU slot", text)]).empty
+    assert tables.distinct_counts(df.iloc[0:0], [("device", "device", text)]).empty

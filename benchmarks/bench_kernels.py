@@ -57,7 +57,7 @@ import torch
 
 from longca import kernels
 from longca.attention.flops import attention_flops
-from longca.execution.cell import CellSpec, run_cell, time_kernel
+from longca.execution.cell import CellSpec, cell_call, run_cell, time_kernel
 
 MASKS = {
     "full": {},
@@ -113,25 +113,21 @@ def side_by_side(kernel_name: str, spec: CellSpec, cell_ms: float, args) -> dict
     of two, decide the ratio."""
     kernel = kernels.get(kernel_name).with_options(spec.kernel_options)
     problem = spec.problem()
-    q, k, v, grad_out = problem.make_inputs(requires_grad=True)
     prepared = kernel.prepare(problem)
-    out = None
-    if spec.direction == "bwd":
-        out = kernel.forward(q, k, v, prepared)  # the forward is not part of a backward timing
-        fn = lambda: torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)  # noqa: E731
-    else:
-        fn = lambda: kernel.forward(q, k, v, prepared)  # noqa: E731
+    cached = _Prepared(kernel, prepared)
     flops = attention_flops(problem.mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch)
     harness_ms, bare_ms = [cell_ms], []
     for i in range(args.rounds):
-        bare_ms.append(_bare(fn, spec.device, cell_ms, args.bare_reps, args.loop_warmup_ms,
-                              args.do_bench_defaults))
+        # The call exactly as the cell times it (eager, or a CUDA graph's replay), fresh inputs.
+        with cell_call(cached, problem, max(spec.warmup, kernel.min_warmup), spec.cuda_graph) as (call, _, _):
+            bare_ms.append(_bare(call, spec.device, cell_ms, args.bare_reps, args.loop_warmup_ms,
+                                 args.do_bench_defaults))
         if i < args.rounds - 1:
             # The harness's own function, its own fresh inputs (as in the cell), the prepared metadata reused.
-            t, _ = time_kernel(_Prepared(kernel, prepared), problem, spec.warmup, spec.reps, args.loop_warmup_ms,
-                               spec.warmup_max_ms, spec.rep_ms)
+            t, _ = time_kernel(cached, problem, spec.warmup, spec.reps, args.loop_warmup_ms,
+                               spec.warmup_max_ms, spec.rep_ms, spec.cuda_graph)
             harness_ms.append(t.median_ms)
-    del q, k, v, grad_out, prepared, fn, out
+    del prepared, cached
     if spec.device == "cuda":
         torch.cuda.empty_cache()
     tf = lambda ms: flops / (ms * 1e-3) / 1e12  # noqa: E731
@@ -163,6 +159,9 @@ def main() -> int:
                          "--rep-ms), in the cell and in every later harness loop")
     ap.add_argument("--rep-ms", type=float, default=0.0,
                     help="> 0: harness loops repeat until this much time is filled (at least the reps)")
+    ap.add_argument("--cuda-graph", action="store_true",
+                    help="time the replay of the call captured in a CUDA graph, in the cell and in both "
+                         "kinds of loop (the workflow's CUDA default, timing.cuda_graph)")
     ap.add_argument("--rounds", type=int, default=3,
                     help="bare loops, alternated with the harness's (the cell's loop + rounds - 1 more)")
     ap.add_argument("--loop-warmup-ms", type=float, default=25.0,
@@ -229,6 +228,7 @@ def main() -> int:
                                         mask_params=MASKS.get(mask, {}), warmup=args.warmup, reps=reps,
                                         warmup_ms=args.warmup_ms if args.device == "cuda" else 0.0,
                                         warmup_max_ms=args.warmup_max_ms, rep_ms=args.rep_ms,
+                                        cuda_graph=args.cuda_graph and args.device == "cuda",
                                         gate_seqlen=args.gate_seqlen, device=args.device,
                                         seed=1)  # seed 0 draws one 16K+ document: no packing below 32K
                         t0 = time.time()
@@ -260,7 +260,7 @@ def main() -> int:
 
 def measure(name: str, spec: CellSpec, args) -> dict[str, Any]:
     row = run_cell(spec)
-    entry = {k: row.get(k) for k in ("kernel", "mask", "seqlen", "direction", "status", "reason",
+    entry = {k: row.get(k) for k in ("kernel", "mask", "seqlen", "direction", "status", "reason", "timed_via", "host_ms",
                                       "tflops", "tflops_p20", "tflops_p80", "median_ms", "flops", "density",
                                       "peak_mem_bytes", "gate_error", "gate_detail", "notes", "device_name",
                                       "torch_version", "cuda_version", "driver_version", "libraries")}

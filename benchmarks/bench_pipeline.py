@@ -10,7 +10,8 @@ is measured twice, one right after the other:
 * by the workflow: ``snakemake <the chunk's cell files> --configfile config/gpu.yaml <overrides>
   --cores 8 --resources gpu=1``, as a user would run it (resident lanes, cache, one row per cell);
 * by a bare loop in this process: the project's own adapters and correctness gate, and the same
-  call (``longca.execution.cell.timed_call``) timed with ``triton.testing.do_bench(warmup=25, rep=100,
+  call (``longca.execution.cell.cell_call``: on a GPU the replay of the call captured in a CUDA
+  graph, where it can be captured) timed with ``triton.testing.do_bench(warmup=25, rep=100,
   return_mode="median")``.
 
 Which of the two goes first alternates from chunk to chunk, so a drift of the GPU's state over the
@@ -113,7 +114,7 @@ def bare_cell(spec) -> dict:
 
     from longca import kernels
     from longca.attention.flops import attention_flops
-    from longca.execution.cell import correctness_gate, is_oom, timed_call
+    from longca.execution.cell import cell_call, correctness_gate, is_oom
 
     try:
         kernel = kernels.get(spec.kernel).with_options(spec.kernel_options)
@@ -124,17 +125,18 @@ def bare_cell(spec) -> dict:
         ok, _, _, detail = correctness_gate(kernel, problem.reduced(spec.gate_seqlen))
         if not ok:
             return {"status": "wrong", "reason": detail}
-        run, _ = timed_call(kernel, problem)
-        if problem.device.type == "cuda":
-            import triton.testing
+        facts = {}
+        with cell_call(kernel, problem, max(spec.warmup, kernel.min_warmup), spec.cuda_graph) as (call, _, facts):
+            if problem.device.type == "cuda":
+                import triton.testing
 
-            ms = triton.testing.do_bench(run, warmup=BARE_WARMUP_MS, rep=BARE_REP_MS, return_mode="median")
-        else:  # a CPU smoke test of this script: no do_bench there
-            from longca.execution import timing
+                ms = triton.testing.do_bench(call, warmup=BARE_WARMUP_MS, rep=BARE_REP_MS, return_mode="median")
+            else:  # a CPU smoke test of this script: no do_bench there
+                from longca.execution import timing
 
-            ms = timing.measure(run, device=problem.device, warmup=spec.warmup, reps=spec.reps).median_ms
+                ms = timing.measure(call, device=problem.device, warmup=spec.warmup, reps=spec.reps).median_ms
         flops = attention_flops(problem.mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch)
-        return {"status": "ok", "median_ms": ms, "tflops": flops / (ms * 1e-3) / 1e12}
+        return {"status": "ok", "median_ms": ms, "tflops": flops / (ms * 1e-3) / 1e12, **facts}
     except Exception as exc:  # noqa: BLE001
         unsupported = getattr(kernels.base, "Unsupported", ())
         status = ("unsupported" if unsupported and isinstance(exc, unsupported)
@@ -236,6 +238,8 @@ def write_outputs(args, cfg: dict, state: dict) -> str:
                  "workflow_status": wf.get("status"), "workflow_tflops": wf.get("tflops"),
                  "workflow_reps": wf.get("reps"), "workflow_warmup_calls": wf.get("warmup_calls"),
                  "workflow_warmup_steady": wf.get("warmup_steady"), "workflow_wall_s": wf.get("wall_s"),
+                 "workflow_timed_via": wf.get("timed_via"), "bare_timed_via": bare.get("timed_via"),
+                 "workflow_host_ms": wf.get("host_ms"), "bare_host_ms": bare.get("host_ms"),
                  "bare_status": bare["status"], "bare_tflops": bare.get("tflops"),
                  "workflow_reason": wf.get("reason"), "bare_reason": bare.get("reason")}
         if entry["workflow_tflops"] and entry["bare_tflops"]:

@@ -70,10 +70,14 @@ def mask_entries(config: dict) -> list[MaskEntry]:
 # a warm-up of at least 25 ms that goes on until the device is steady (at most 1 s), then repetitions
 # filling 100 ms (do_bench's warm-up and rep times), in a resident process that keeps the CUDA
 # context, libraries and compiled kernels across cells (longca.execution.resident).  A CPU has no boost-clock
-# transient and its cells are cheap to fork: counts only, one forked child per cell.
+# transient and its cells are cheap to fork: counts only, one forked child per cell.  On CUDA the
+# timed call is a CUDA graph's replay (longca.execution.graphed): at 1K the launch from Python is as
+# long as the GPU's work, and eager event timing measured the CPU's lead instead.
 DEVICE_DEFAULTS = {
-    "cpu": {"timing": {"warmup_ms": 0.0, "warmup_max_ms": 0.0, "rep_ms": 0.0}, "isolation": "worker"},
-    "cuda": {"timing": {"warmup_ms": 25.0, "warmup_max_ms": 1000.0, "rep_ms": 100.0}, "isolation": "resident"},
+    "cpu": {"timing": {"warmup_ms": 0.0, "warmup_max_ms": 0.0, "rep_ms": 0.0, "cuda_graph": False},
+            "isolation": "worker"},
+    "cuda": {"timing": {"warmup_ms": 25.0, "warmup_max_ms": 1000.0, "rep_ms": 100.0, "cuda_graph": True},
+             "isolation": "resident"},
 }
 
 
@@ -286,8 +290,11 @@ def cp_cell_settings(config: dict, strategy: str, mask: str, tokens_per_rank: in
 def _timing_budget(config: dict) -> dict:
     """A kernel cell's time-based timing settings, each only when set: CPU cells keep the cache key
     they had before time-based timing existed."""
-    return {key: float(config["timing"][key]) for key in ("warmup_ms", "warmup_max_ms", "rep_ms")
-            if config["timing"].get(key)}
+    budget = {key: float(config["timing"][key]) for key in ("warmup_ms", "warmup_max_ms", "rep_ms")
+              if config["timing"].get(key)}
+    if config["timing"].get("cuda_graph"):
+        budget["cuda_graph"] = True
+    return budget
 
 
 def _cp_warmup_ms(config: dict) -> dict:

@@ -59,3 +59,11 @@ def test_registry_lists_kernels_and_names_unknown():
     assert {"sdpa_math", "sdpa", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn"} <= set(kernels.names())
     with pytest.raises(KeyError, match="nope"):
         kernels.get("nope")
+
+
+def test_cuda_graph_mode_times_eagerly_on_cpu_and_records_nothing_of_graphs():
+    """CUDA graphs exist only on CUDA: on the CPU the same setting changes nothing in the row."""
+    row = run_cell(CellSpec(kernel="sdpa", mask="causal", cuda_graph=True, **SMALL))
+    assert row["status"] == "ok", row["reason"]
+    assert row["cuda_graph"] is True
+    assert row["timed_via"] is None and row["host_ms"] is None

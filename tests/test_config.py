@@ -1,6 +1,10 @@
 import pytest
 
-from longca.config import ConfigError, cell_settings, kernel_cells, validate
+from pathlib import Path
+
+from longca.config import ConfigError, cell_settings, kernel_cells, merge_files, validate
+
+REPO = Path(__file__).resolve().parent.parent
 
 BASE = {"kernels": ["sdpa_math"], "masks": ["full", "causal"], "seqlens": [64, 128]}
 
@@ -33,3 +37,21 @@ def test_bad_config_names_the_key(bad, named):
     with pytest.raises(ConfigError) as err:
         validate(bad)
     assert named in str(err.value)
+
+
+def test_cuda_cells_time_graph_replays_by_default_and_the_setting_is_part_of_the_cache_key():
+    gpu = validate(merge_files([REPO / "config" / "gpu.yaml"]))
+    c = next(kernel_cells(gpu))
+    cell = (c.kernel, c.mask, c.seqlen, c.direction, c.dtype)
+    assert cell_settings(gpu, *cell)["cuda_graph"] is True
+    eager = validate(merge_files([REPO / "config" / "gpu.yaml"]) | {"timing": {"cuda_graph": False}})
+    assert "cuda_graph" not in cell_settings(eager, *cell)
+    cpu = validate(merge_files([]))
+    c = next(kernel_cells(cpu))
+    assert "cuda_graph" not in cell_settings(cpu, c.kernel, c.mask, c.seqlen, c.direction, c.dtype)
+
+
+def test_a_cuda_graph_setting_that_is_not_a_boolean_is_named():
+    bad = merge_files([]) | {"timing": {"cuda_graph": "often"}}
+    with pytest.raises(ConfigError, match=r"config\.timing\.cuda_graph"):
+        validate(bad)

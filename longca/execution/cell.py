@@ -7,6 +7,7 @@ times it.  Every failure becomes the row's ``status`` with a ``reason``; nothing
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import json
@@ -23,7 +24,7 @@ from ..attention import reference
 from ..attention.flops import attention_flops
 from ..attention.problem import Problem, ProblemSpec
 from ..kernels.base import Kernel, Unsupported
-from . import env, timing
+from . import env, graphed, timing
 
 STATUSES = ("ok", "unsupported", "oom", "wrong", "error", "timeout")
 
@@ -56,6 +57,7 @@ class CellSpec(MeasuredSpec):
     kernel: str
     warmup_max_ms: float = 0.0  # > 0: warm up until steady, at most this long (longca.execution.timing)
     rep_ms: float = 0.0         # > 0: repeat until this much time is filled, at least ``reps`` times
+    cuda_graph: bool = False    # CUDA: time replays of the call captured in a graph (longca.execution.graphed)
     kernel_options: dict[str, Any] = field(default_factory=dict)  # config kernel_options[kernel]
 
 
@@ -117,13 +119,38 @@ def timed_call(kernel: Kernel, problem: Problem) -> tuple[Callable[[], object], 
     return run, prepared
 
 
+@contextlib.contextmanager
+def cell_call(kernel: Kernel, problem: Problem, warmup: int, cuda_graph: bool = False):
+    """The call a cell times, as it times it: yields ``(call, prepared, facts)``; time ``call``
+    inside the block.
+
+    ``cuda_graph`` (CUDA only): the block runs on a side stream; ``warmup`` eager calls (compilation,
+    plans, allocator growth) come first, then the call is captured in a CUDA graph and ``call``
+    replays it (``longca.execution.graphed``).  ``facts``: ``timed_via`` (which way) and ``host_ms``
+    (what one eager call costs the CPU).  benchmarks/bench_pipeline.py times this same ``call``
+    with triton.testing.do_bench."""
+    stream = graphed.stream_for(problem.device, cuda_graph)
+    with graphed.on(stream):
+        run, prepared = timed_call(kernel, problem)
+        facts: dict[str, Any] = {}
+        call = run
+        if stream is not None:
+            for _ in range(max(warmup, 1)):
+                run()
+            facts["host_ms"] = graphed.host_ms(run, problem.device)
+            replay, facts["timed_via"] = graphed.capture(run, stream)
+            call = replay or run
+        yield call, prepared, facts
+
+
 def time_kernel(kernel: Kernel, problem: Problem, warmup: int, reps: int, warmup_ms: float = 0.0,
-                warmup_max_ms: float = 0.0, rep_ms: float = 0.0):
+                warmup_max_ms: float = 0.0, rep_ms: float = 0.0, cuda_graph: bool = False):
     """Time forward or backward of the full problem; mask metadata is prepared untimed."""
-    run, prepared = timed_call(kernel, problem)
     warmup = max(warmup, kernel.min_warmup)
-    return timing.measure(run, device=problem.device, warmup=warmup, reps=reps, warmup_ms=warmup_ms,
-                          warmup_max_ms=warmup_max_ms, rep_ms=rep_ms), prepared
+    with cell_call(kernel, problem, warmup, cuda_graph) as (call, prepared, facts):
+        result = timing.measure(call, device=problem.device, warmup=warmup, reps=reps, warmup_ms=warmup_ms,
+                                warmup_max_ms=warmup_max_ms, rep_ms=rep_ms)
+    return dataclasses.replace(result, **facts), prepared
 
 
 def _release(device: torch.device, collect: bool) -> None:
@@ -163,7 +190,7 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
                 failure = ("wrong", detail)
             else:
                 result, prepared = time_kernel(kernel, problem, spec.warmup, spec.reps, spec.warmup_ms,
-                                               spec.warmup_max_ms, spec.rep_ms)
+                                               spec.warmup_max_ms, spec.rep_ms, spec.cuda_graph)
                 row.update(dataclasses.asdict(result))
                 row["notes"] = json.dumps(kernel.notes(prepared), sort_keys=True)
                 row["tflops"] = row["flops"] / (result.median_ms * 1e-3) / 1e12

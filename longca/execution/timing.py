@@ -61,6 +61,8 @@ class Timing:
     warmup_calls: int | None = None       # calls made before the timed ones
     warmup_spent_ms: float | None = None  # how long the warm-up took
     warmup_steady: bool | None = None     # budget warm-up: reached the sustained state (None: by count)
+    timed_via: str | None = None          # "graph" or "eager: <why not>" (CUDA graph mode; None: eager)
+    host_ms: float | None = None          # CPU time to issue one eager call (CUDA graph mode)
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,8 @@ _PROVENANCE = [("slurm_job_id", pa.string()), ("fingerprint", pa.string()), ("wa
 _ID = [("schema_version", pa.int32()), ("kind", pa.string()), ("cell_id", pa.string())]
 
 KERNEL_SCHEMA = pa.schema(
-    _ID + [("kernel", pa.string())] + _PROBLEM + [("warmup_max_ms", pa.float64()), ("rep_ms", pa.float64())]
+    _ID + [("kernel", pa.string())] + _PROBLEM + [("warmup_max_ms", pa.float64()), ("rep_ms", pa.float64()),
+                                                 ("cuda_graph", pa.bool_())]
     + _OUTCOME + [
         ("tflops", pa.float64()),
         ("tflops_p20", pa.float64()),
@@ -68,6 +69,8 @@ KERNEL_SCHEMA = pa.schema(
         ("warmup_calls", pa.int32()),
         ("warmup_spent_ms", pa.float64()),
         ("warmup_steady", pa.bool_()),
+        ("timed_via", pa.string()),
+        ("host_ms", pa.float64()),
     ] + _GATE + [
         ("notes", pa.string()),
         ("device_name", pa.string()),

@@ -1,0 +1,54 @@
+"""benchmarks/gpu_grid.sh runs the published grid (`snakemake all --configfile config/gpu.yaml`) within
+a budget: its arguments, and (dry run, no GPU needed) the workflow it drives."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from snakemake_run import REPO
+
+SCRIPT = REPO / "benchmarks" / "gpu_grid.sh"
+
+
+def _run(*args, env=None, timeout=60):
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHON": sys.executable, **(env or {})})
+
+
+def test_help_says_how_to_call_it():
+    proc = _run("--help")
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("usage: benchmarks/gpu_grid.sh OUTDIR")
+    for option in ("--budget-s", "--work", "--overrides", "CUDA_VISIBLE_DEVICES"):
+        assert option in proc.stdout
+
+
+@pytest.mark.parametrize("args, says", [
+    ((), "missing OUTDIR"),
+    (("out", "--budget-s", "30"), "--budget-s must be a whole number of seconds, at least 60"),
+    (("out", "--overrides", "no-such.yaml"), "--overrides: no-such.yaml is not a file"),
+    (("out", "--frobnicate"), "unknown option --frobnicate"),
+])
+def test_bad_arguments_are_named(args, says):
+    proc = _run(*args)
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+    assert not (REPO / "out").exists()
+
+
+@pytest.mark.slow
+def test_dry_run_plans_the_gpu_grid_with_the_overrides_and_records_the_call(tmp_path):
+    """`-- -n` plans `snakemake all` on config/gpu.yaml + the overrides file, in the work folder."""
+    overrides = tmp_path / "one_gpu.yaml"
+    overrides.write_text("cp_strategies: []\n")
+    out, work = tmp_path / "out", tmp_path / "run"
+    proc = _run(str(out), "--work", str(work), "--overrides", str(overrides), "--budget-s", "120",
+                "--", "-n", "--config", "seqlens=[1024]", env={"CUDA_VISIBLE_DEVICES": "0"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "exit 0" in (out / "runs.txt").read_text()
+    assert (out / "overrides.yaml").read_text() == "cp_strategies: []\n"
+    log = (out / "snakemake.log").read_text()
+    assert "results/cells/kernels/flex_flash/causal/bfloat16_bwd_1024.json" in log
+    assert "bfloat16_bwd_2048.json" not in log  # the --config seqlens override reached Snakemake
+    assert "results/cells/cp/" not in log       # and so did the overrides file (no CP cells)
+    assert not (work / "results" / "cells").exists()  # a dry run measures nothing

@@ -125,7 +125,6 @@ def bare_cell(spec) -> dict:
         ok, _, _, detail = correctness_gate(kernel, problem.reduced(spec.gate_seqlen))
         if not ok:
             return {"status": "wrong", "reason": detail}
-        facts = {}
         with cell_call(kernel, problem, max(spec.warmup, kernel.min_warmup), spec.cuda_graph) as (call, _, facts):
             if problem.device.type == "cuda":
                 import triton.testing

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from longca.attention import mask_convert, masks
 from longca.attention.flops import attention_flops
 from longca.kernels import triton_block_sparse as tbs
+from longca.results.tables import seqlen_label
 
 BATCH, HEADS_Q, HEADS_KV, HEAD_DIM = 1, 64, 8, 128
 DTYPE = torch.bfloat16
@@ -223,7 +224,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             if key in r:
                 status += f"; {key}: {r[key]}"
         err = _fmt(r.get("err_vs_flex"), ".1e")
-        print(f"| {_len(r['seqlen'])} | {r['mask']} | {r['direction']} | {tiles} | "
+        print(f"| {seqlen_label(r['seqlen'])} | {r['mask']} | {r['direction']} | {tiles} | "
               f"{_fmt(ours_ms, '.3f')} | {_fmt(ours_tf, '.1f')} | {_fmt(flex_ms, '.3f')} | "
               f"{_fmt(r.get('flex_tflops'), '.1f')} | {speed} | {err if 'err_vs_flex' in r else ''} | "
               f"{status} |")

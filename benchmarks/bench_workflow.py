@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
@@ -41,7 +40,7 @@ def bench_cells(n: int) -> None:
     """Sequential run-cell calls; overhead = client wall time − the child's own measurement time."""
     env = dict(os.environ, LONGCA_BENCH=uuid.uuid4().hex)  # a worker of our own (cold at first)
     with tempfile.TemporaryDirectory() as tmp:
-        print(f"| isolation | cells | wall per cell (s) | measurement per cell (s) | overhead per cell (s) |")
+        print("| isolation | cells | wall per cell (s) | measurement per cell (s) | overhead per cell (s) |")
         print("| --- | --- | --- | --- | --- |")
         for isolation in ("fork", "worker"):
             walls, measured = [], []
@@ -79,7 +78,7 @@ def _snakemake(workdir: Path, *args: str, cores: int) -> float:
 
 def bench_workflow(sizes: list[int], cores: int) -> None:
     """Whole `snakemake all` runs; the marginal cost per cell is the slope between grid sizes."""
-    print(f"| isolation | cells | snakemake all (s) | marginal per cell (s) |")
+    print("| isolation | cells | snakemake all (s) | marginal per cell (s) |")
     print("| --- | --- | --- | --- |")
     for isolation in ("fork", "worker"):
         times = []

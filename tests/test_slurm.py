@@ -3,7 +3,6 @@ this machine, through the real executor plugin: kernel cells as grouped jobs, a 
 both nodes (srun starts one torchrun agent per node, gloo), a cancelled job reported as failed cells
 with its SLURM log, and a second run that resubmits only what is missing."""
 
-import json
 import os
 import shutil
 import subprocess

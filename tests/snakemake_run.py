@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -40,3 +41,10 @@ def cell_files(workdir: Path) -> dict[str, int]:
     """Every finished cell file and its mtime in ns."""
     root = workdir / "results" / "cells"
     return {str(p.relative_to(workdir)): p.stat().st_mtime_ns for p in root.rglob("*.json")} if root.exists() else {}
+
+
+def run_script(script: Path, *args: str, env: dict | None = None,
+               timeout: float = 60) -> subprocess.CompletedProcess:
+    """A bash script of benchmarks/ as a user runs it, with this interpreter as its ``$PYTHON``."""
+    return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHON": sys.executable, **(env or {})})

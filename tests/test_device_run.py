@@ -1,18 +1,13 @@
 """benchmarks/device_run.sh is a plain script: its arguments, and (dry run) the workflow it drives."""
 
-import os
-import subprocess
-import sys
-
 import pytest
-from snakemake_run import REPO
+from snakemake_run import REPO, run_script
 
 SCRIPT = REPO / "benchmarks" / "device_run.sh"
 
 
 def _run(*args, env=None, timeout=60):
-    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHON": sys.executable, **(env or {})})
+    return run_script(SCRIPT, *args, env=env, timeout=timeout)
 
 
 def test_help_says_how_to_call_it():

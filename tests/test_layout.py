@@ -62,3 +62,41 @@ def test_the_checker_resolves_relative_imports():
     assert imported_modules(PACKAGE / "attention" / "probe.py", source) >= {
         "longca.execution.timing", "longca.attention.problem", "longca.results.plots"}
     assert "longca.execution" in imported_modules(PACKAGE / "attention" / "__init__.py", "from .. import execution")
+
+
+def _imported_modules(path: Path) -> set[Path]:
+    """The longca source files ``path`` imports (relative and absolute imports of longca)."""
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = path.parent
+            for _ in range(node.level - 1):
+                base = base.parent
+        elif node.module and node.module.split(".")[0] == "longca":
+            base = PACKAGE.parent
+        else:
+            continue
+        prefix = base.joinpath(*node.module.split(".")) if node.module else base
+        for alias in node.names:
+            for candidate in (prefix / f"{alias.name}.py", prefix / alias.name / "__init__.py",
+                              prefix.with_suffix(".py"), prefix / "__init__.py"):
+                if candidate.is_file():
+                    found.add(candidate)
+                    break
+    return found
+
+
+def test_the_measurement_fingerprint_covers_every_module_a_cell_measures_with():
+    """A kernel cell's cache key hashes MEASUREMENT_CODE plus its adapter: a module the measurement
+    imports but the list leaves out could change a number without rerunning a cell."""
+    from longca.execution.fingerprint import MEASUREMENT_CODE
+
+    listed = {PACKAGE / p for p in MEASUREMENT_CODE}
+    adapters = {p for p in (PACKAGE / "kernels").glob("*.py") if p.name not in ("__init__.py", "base.py")}
+    missing = set()
+    for path in [p for p in listed if p.suffix == ".py"]:
+        missing |= {m for m in _imported_modules(path) if m not in listed and m not in adapters}
+    assert not missing, sorted(str(m.relative_to(PACKAGE)) for m in missing)

@@ -20,8 +20,8 @@ MEASUREMENT_CODE = ("attention/errors.py", "attention/masks/__init__.py", "atten
                     "attention/masks/custom.py", "attention/masks/block_sparse.py",
                     "attention/varlen.py", "attention/mask_convert.py", "attention/problem.py",
                     "attention/reference.py", "attention/flops.py",
-                    "attention/data/doclen_default.json", "execution/timing.py", "execution/cell.py",
-                    "execution/env.py", "kernels/__init__.py", "kernels/base.py")
+                    "attention/data/doclen_default.json", "execution/timing.py", "execution/graphed.py",
+                    "execution/cell.py", "execution/env.py", "kernels/__init__.py", "kernels/base.py")
 
 
 @functools.lru_cache(maxsize=None)

@@ -180,6 +180,9 @@ def test_seqlen_winner_grid_lays_out_masks_by_lengths():
     # X / E names per cell; a name with that status in only some directions says which.
     assert one["unsupported"] == [("c", [])] and one["oom"] == [("d", [])]
     assert two["unsupported"] == [("b", ["bwd"]), ("c", [])] and two["oom"] == [("a", [])]
+    # Without a's backward row at 2K, its forward oom is no "forward only" E: only a measured direction counts.
+    partial = df[~((df["kernel"] == "a") & (df["seqlen"] == 2048) & (df["direction"] == "bwd"))]
+    assert tables.seqlen_winner_grid(partial)["rows"][0]["cells"][1]["oom"] == [("a", [])]
     assert tables.seqlen_winner_grid(df.iloc[0:0]) == {"seqlens": [], "directions": [], "rows": []}
 
 

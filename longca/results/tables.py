@@ -158,7 +158,8 @@ def seqlen_winners(df: pd.DataFrame) -> list[dict]:
     runner-up, and which kernels cannot run the cell (``unsupported``) or ran out of memory (``oom``).
 
     An entry has ``mask``, ``dtype``, ``direction``, ``seqlen``, ``kernel`` (``None`` when no kernel
-    produced a number), ``unsupported`` and ``oom`` (kernel names, sorted) and ``failed`` (a
+    produced a number), ``unsupported``, ``oom`` and ``measured`` (kernel names with that status / with
+    a row there, sorted) and ``failed`` (a
     ``status_summary`` of every row without a number, ``""`` when none); with a winner also
     ``tflops`` and ``cell_id``, and ``runner_up``, ``runner_up_tflops`` and ``ratio`` (winner ÷
     runner-up; ``None`` where there is no other number).  ``tie`` is True when the runner-up
@@ -169,7 +170,7 @@ def seqlen_winners(df: pd.DataFrame) -> list[dict]:
         failed = g[g["status"] != "ok"]
         e = {"mask": mask, "dtype": dtype, "direction": direction, "seqlen": int(seqlen), "kernel": None,
              "unsupported": sorted(set(g.loc[g["status"] == "unsupported", "kernel"])),
-             "oom": sorted(set(g.loc[g["status"] == "oom", "kernel"])),
+             "oom": sorted(set(g.loc[g["status"] == "oom", "kernel"])), "measured": sorted(set(g["kernel"])),
              "failed": status_summary(failed["status"]) if len(failed) else "",
              "runner_up": None, "runner_up_tflops": None, "ratio": None, "tie": False}
         if len(ok):
@@ -190,7 +191,7 @@ def seqlen_winner_grid(df: pd.DataFrame, masks: list[str] | None = None) -> dict
     "cells"}`` with a cell per seqlen: ``None`` where that mask was not measured at that length,
     else ``{"seqlen", "entries": {direction: entry or None}, "unsupported", "oom"}`` where
     ``unsupported`` / ``oom`` are ``(kernel, directions)`` pairs, ``directions`` empty when the
-    kernel has that status in every direction measured there."""
+    kernel has that status in every direction it was measured in there."""
     if df.empty:
         return {"seqlens": [], "directions": [], "rows": []}
     seqlens = sorted(int(s) for s in df["seqlen"].unique())
@@ -210,7 +211,7 @@ def seqlen_winner_grid(df: pd.DataFrame, masks: list[str] | None = None) -> dict
                 cell = {"seqlen": seqlen, "entries": {d: here.get(d) for d in dirs}}
                 for status in ("unsupported", "oom"):
                     names = sorted({k for e in here.values() for k in e[status]})
-                    cell[status] = [(k, [] if all(k in e[status] for e in here.values())
+                    cell[status] = [(k, [] if all(k in e[status] for e in here.values() if k in e["measured"])
                                      else [d for d in dirs if d in here and k in here[d][status]]) for k in names]
                 cells.append(cell)
             rows.append({"mask": mask, "dtype": dtype, "cells": cells})

@@ -2,19 +2,15 @@
 
 import matplotlib.image as mpimg
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 import report_data as rd
-from matplotlib.patches import Rectangle
 
 from longca.results import plots
 
 
 def _markers(fig):
     return sorted(t.get_text() for ax in fig.axes for t in ax.texts if (t.get_gid() or "").startswith("marker-"))
-
-
-def _bars(ax):
-    return [p for p in ax.patches if isinstance(p, Rectangle) and p.get_height() > 0]
 
 
 def _legend_texts(fig):
@@ -32,17 +28,59 @@ def _close_figures():
     plt.close("all")
 
 
-def test_throughput_bars_only_for_correct_cells_and_markers_for_the_rest(kernels):
+def _kernel_lines(ax):
+    """The throughput panel's data lines by kernel (each line's gid is ``kernel-<name>``)."""
+    return {ln.get_gid()[len("kernel-"):]: ln for ln in ax.get_lines() if (ln.get_gid() or "").startswith("kernel-")}
+
+
+def test_throughput_lines_only_for_correct_cells_and_markers_for_the_rest(kernels):
     fig = plots.kernel_throughput_figure(kernels, "sliding", rd.CEILINGS)
     fwd, bwd = fig.axes[:2]
     assert fwd.get_title() == "sliding — forward" and bwd.get_title() == "sliding — backward"
     sub = kernels[kernels["mask"] == "sliding"]
     for ax, direction in ((fwd, "fwd"), (bwd, "bwd")):
-        ok = sub[(sub["direction"] == direction) & (sub["status"] == "ok")]
-        assert sorted(round(b.get_height(), 6) for b in _bars(ax)) == sorted(round(v, 6) for v in ok["tflops"])
+        lines = _kernel_lines(ax)
+        # One line per kernel with a number; never_kernel (all unsupported) has none.
+        assert set(lines) == {"fast_kernel", "slow_kernel"}
+        for kernel, line in lines.items():
+            ok = sub[(sub["direction"] == direction) & (sub["kernel"] == kernel) & (sub["status"] == "ok")]
+            drawn = {int(x): float(y) for x, y in zip(line.get_xdata(), line.get_ydata()) if np.isfinite(y)}
+            assert drawn == pytest.approx(dict(zip(ok["seqlen"].astype(int), ok["tflops"])))
+    # fast_kernel forward: a number at 64 only (error at 128, timeout at 256) — one point, no line on.
+    assert list(_kernel_lines(fwd)["fast_kernel"].get_xdata()) == [64]
     # fast_kernel: error at 128 and timeout at 256 forward, wrong at 64 backward; never_kernel unsupported.
     assert _markers(fig) == sorted(["!", "T", "W"] + ["X"] * 6)
+    # Lengths are log2-spaced and labelled as lengths.
+    assert fwd.get_xscale() == "log"
     assert [t.get_text() for t in fwd.get_xticklabels()] == ["64", "128", "256"]
+
+
+def test_throughput_markers_sit_below_the_lines_in_the_kernels_colour(kernels):
+    colors = plots.series_colors(kernels["kernel"])
+    fig = plots.kernel_throughput_figure(kernels, "causal", rd.CEILINGS, colors=colors)
+    fwd = fig.axes[0]
+    marks = [t for t in fwd.texts if (t.get_gid() or "").startswith("marker-")]
+    # never_kernel: X at every length, slow_kernel: E at 256 — each in its kernel's colour.
+    assert sorted((t.get_text(), t.get_position()[0]) for t in marks) == \
+        [("E", 256.0)] + [("X", x) for x in (64.0, 128.0, 256.0)]
+    by_text = {t.get_text(): t for t in marks}
+    assert by_text["X"].get_color() == colors["never_kernel"] and by_text["E"].get_color() == colors["slow_kernel"]
+    # In a band below zero: the axis starts below 0, the markers are drawn there (axes coordinates),
+    # and every tick label is a real throughput (>= 0).
+    assert fwd.get_ylim()[0] < 0
+    zero = fwd.transAxes.inverted().transform(fwd.transData.transform((64, 0)))[1]
+    assert all(0 < t.get_position()[1] < zero for t in marks)
+    assert min(fwd.get_yticks()) >= 0
+    # One kernel's markers share a row of the band.
+    assert len({t.get_position()[1] for t in marks if t.get_text() == "X"}) == 1
+
+
+def test_a_gap_between_lengths_with_a_number_breaks_the_line(kernels):
+    df = kernels.copy()
+    at = (df["kernel"] == "fast_kernel") & (df["mask"] == "causal") & (df["seqlen"] == 128) & (df["direction"] == "fwd")
+    df.loc[at, "status"] = "oom"
+    line = _kernel_lines(plots.kernel_throughput_figure(df, "causal").axes[0])["fast_kernel"]
+    assert list(line.get_xdata()) == [64, 128, 256] and np.isnan(line.get_ydata()[1])
 
 
 def test_throughput_draws_the_ceiling_and_a_legend_for_every_marker(kernels):

@@ -109,6 +109,45 @@ def test_the_first_screen_answers_which_kernel(page):
     assert "×2.00 vs slow_kernel (0.8)" in by_mask["sliding"][1]
 
 
+def test_the_first_screen_answers_per_mask_and_length(page):
+    rows = page.tables["seqlen-winner-table"]
+    assert rows[0] == ["mask", "64", "128", "256"]
+    by_mask = {r[0]: r[1:] for r in rows[1:]}
+    assert list(by_mask) == ["sliding", "causal"]  # config order
+    # causal at 64: fast_kernel 0.5 vs slow_kernel 0.25 in both directions; never_kernel is X.
+    assert by_mask["causal"][0] == ("F fast_kernel 2.00× over slow_kernel B fast_kernel 2.00× over slow_kernel "
+                                    "X1 X never_kernel")
+    # causal at 256: slow_kernel is oom, so fast_kernel is the only kernel with a number; E names it.
+    assert by_mask["causal"][2] == ("F fast_kernel only kernel with a number B fast_kernel only kernel with a number "
+                                    "X1 E1 X never_kernel E slow_kernel")
+    # sliding at 128: fast_kernel errors forward, so slow_kernel wins there alone.
+    assert by_mask["sliding"][1].startswith("F slow_kernel only kernel with a number B fast_kernel 2.00× over")
+    # The X / E names are also in the collapsed summary's title.
+    titles = [a.get("title") for tag, a in page.elements if tag == "summary"]
+    assert "X: never_kernel; E: slow_kernel" in titles
+
+
+def test_a_length_where_no_kernel_produced_a_number_says_so(tmp_path):
+    df = rd.kernels_df()
+    df.loc[(df["mask"] == "causal") & (df["seqlen"] == 256) & (df["kernel"] == "fast_kernel"), "status"] = "oom"
+    out = report.render(df, tmp_path / "r.html", masks=["causal"])
+    rows = Page(out.read_text()).tables["seqlen-winner-table"]
+    assert rows[1][3] == ("F — no kernel produced a number (2 oom, 1 unsupported) "
+                          "B — no kernel produced a number (2 oom, 1 unsupported) "
+                          "X1 E2 X never_kernel E fast_kernel, slow_kernel")
+
+
+def test_seqlen_answer_formats_margins_ties_and_partial_statuses():
+    e = {"runner_up": "b", "ratio": 1.176, "tie": False}
+    assert report.margin_text(e) == "1.18× over b"
+    assert report.margin_text({**e, "tie": True}) == "tied with b"
+    assert report.margin_text({"runner_up": None}) == "only kernel with a number"
+    cell = {"seqlen": 2048, "entries": {"fwd": None}, "unsupported": [("a", []), ("b", ["bwd"])], "oom": []}
+    shown = report.seqlen_answer(cell)
+    assert shown["unsupported"] == "a, b (backward only)" and shown["n_unsupported"] == 2 and shown["n_oom"] == 0
+    assert shown["seqlen_label"] == "2K" and shown["lines"][0]["why"] == "not measured"
+
+
 def test_answer_links_point_at_the_rows_behind_them(page):
     ids = {a.get("id") for _, a in page.elements}
     links = [a["href"] for tag, a in page.elements if tag == "a" and a.get("class") == "winner"]

@@ -122,6 +122,70 @@ def test_best_kernel_runner_up_ratio_and_wins_on_a_small_table():
     assert [e["mask"] for e in tables.best_kernels(df, ["full", "causal"])] == ["full", "causal"]
 
 
+def _seqlen_frame() -> pd.DataFrame:
+    """causal, forward and backward at 1K and 2K:
+    1K fwd: a 6.0, b 5.0, c unsupported, d oom;     1K bwd: a 3.0, b 3.0 (a tie), c unsupported, d oom
+    2K fwd: b 4.0 only (a oom, c unsupported, d timeout);  2K bwd: a oom, b unsupported, c unsupported."""
+    table = {1024: {"fwd": {"a": 6.0, "b": 5.0, "c": "unsupported", "d": "oom"},
+                    "bwd": {"a": 3.0, "b": 3.0, "c": "unsupported", "d": "oom"}},
+             2048: {"fwd": {"a": "oom", "b": 4.0, "c": "unsupported", "d": "timeout"},
+                    "bwd": {"a": "oom", "b": "unsupported", "c": "unsupported"}}}
+    records = [{"kernel": k, "seqlen": seqlen, "direction": d,
+                **({"status": "ok", "tflops": v} if isinstance(v, float) else {"status": v, "tflops": np.nan})}
+               for seqlen, dirs in table.items() for d, cells in dirs.items() for k, v in cells.items()]
+    df = _rows(*records, mask="causal", dtype="bfloat16")
+    df["cell_id"] = [f"{k}/{d}/{s}" for k, d, s in zip(df["kernel"], df["direction"], df["seqlen"])]
+    return df
+
+
+def test_seqlen_winners_give_the_winner_margin_and_the_x_and_e_names():
+    e = {(w["seqlen"], w["direction"]): w for w in tables.seqlen_winners(_seqlen_frame())}
+    fwd = e[(1024, "fwd")]
+    assert (fwd["kernel"], fwd["tflops"], fwd["cell_id"]) == ("a", 6.0, "a/fwd/1024")
+    assert (fwd["runner_up"], fwd["runner_up_tflops"], fwd["tie"]) == ("b", 5.0, False)
+    assert fwd["ratio"] == pytest.approx(1.2)
+    assert (fwd["unsupported"], fwd["oom"], fwd["failed"]) == (["c"], ["d"], "1 unsupported, 1 oom")
+    tie = e[(1024, "bwd")]
+    assert tie["tie"] and tie["ratio"] == pytest.approx(1.0) and {tie["kernel"], tie["runner_up"]} == {"a", "b"}
+    # The only ok kernel wins without a runner-up; an oom kernel never wins (its tflops is missing).
+    only = e[(2048, "fwd")]
+    assert (only["kernel"], only["runner_up"], only["ratio"]) == ("b", None, None)
+    assert (only["unsupported"], only["oom"]) == (["c"], ["a"])
+    assert only["failed"] == "1 oom, 1 unsupported, 1 timeout"
+    # Only X / E rows: no winner, and the cell says why.
+    none = e[(2048, "bwd")]
+    assert none["kernel"] is None and "tflops" not in none and none["runner_up"] is None
+    assert (none["unsupported"], none["oom"], none["failed"]) == (["b", "c"], ["a"], "2 unsupported, 1 oom")
+
+
+def test_only_ok_rows_win_a_length():
+    df = _seqlen_frame()
+    df.loc[(df["kernel"] == "a") & (df["seqlen"] == 1024) & (df["direction"] == "fwd"), "status"] = "wrong"
+    fwd = {(w["seqlen"], w["direction"]): w for w in tables.seqlen_winners(df)}[(1024, "fwd")]
+    assert (fwd["kernel"], fwd["runner_up"]) == ("b", None)  # a's 6.0 failed the gate
+
+
+def test_seqlen_winner_grid_lays_out_masks_by_lengths():
+    df = pd.concat([_seqlen_frame(),
+                    _rows({"kernel": "a", "seqlen": 1024, "direction": "fwd", "status": "ok", "tflops": 1.0,
+                           "cell_id": "a/full"}, mask="full", dtype="bfloat16")], ignore_index=True)
+    grid = tables.seqlen_winner_grid(df, ["full", "causal"])
+    assert grid["seqlens"] == [1024, 2048] and grid["directions"] == ["fwd", "bwd"]
+    assert [(r["mask"], r["dtype"]) for r in grid["rows"]] == [("full", "bfloat16"), ("causal", "bfloat16")]
+    full, causal = grid["rows"]
+    assert full["cells"][1] is None  # full was not measured at 2K
+    assert full["cells"][0]["entries"]["fwd"]["kernel"] == "a" and full["cells"][0]["entries"]["bwd"] is None
+    one, two = causal["cells"]
+    assert one["entries"]["fwd"]["kernel"] == "a" and two["entries"]["bwd"]["kernel"] is None
+    # X / E names per cell; a name with that status in only some directions says which.
+    assert one["unsupported"] == [("c", [])] and one["oom"] == [("d", [])]
+    assert two["unsupported"] == [("b", ["bwd"]), ("c", [])] and two["oom"] == [("a", [])]
+    # Without a's backward row at 2K, its forward oom is no "forward only" E: only a measured direction counts.
+    partial = df[~((df["kernel"] == "a") & (df["seqlen"] == 2048) & (df["direction"] == "bwd"))]
+    assert tables.seqlen_winner_grid(partial)["rows"][0]["cells"][1]["oom"] == [("a", [])]
+    assert tables.seqlen_winner_grid(df.iloc[0:0]) == {"seqlens": [], "directions": [], "rows": []}
+
+
 def test_methodology_tables_on_a_small_table():
     df = _rows({"mask": "m2", "pattern": "p", "seqlen": 128, "area": 10, "density": 0.5, "mask_params_resolved": "{}",
                 "direction": "bwd", "dtype": "float16", "gate_tolerance": 0.04, "gate_seqlen": 64.0},

@@ -4,7 +4,7 @@ Every builder takes the tables as pandas DataFrames and returns a ``matplotlib.f
 ``save`` writes it atomically.  Kernel figures come from ``results/kernels.parquet``, CP figures
 from ``results/cp.parquet`` (plus the kernel table for the single-GPU baseline), machine ceilings
 from ``results/ceilings.json`` (``longca.execution.ceilings``).  A cell that did not produce a number is
-drawn where its bar or point would be, as its status's marker (``STATUS_MARKERS``); a wrong result
+drawn as its status's marker (``STATUS_MARKERS``): at its point's x, below the lines; a wrong result
 is never drawn as a speed.  What is drawn (best values, CP efficiency, markers, labels) comes from
 ``tables``, the same tables the report shows; this module only draws.
 """
@@ -23,6 +23,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import MaxNLocator
+from matplotlib.transforms import blended_transform_factory
 
 from ..execution.ceilings import matmul_ceiling  # noqa: E402
 from . import tables  # noqa: E402
@@ -95,60 +97,94 @@ def _finish(fig: Figure, series: list) -> None:
 # --- kernels ---------------------------------------------------------------------------------
 
 
+# Line markers per kernel (in the kernel's colour), so 14 lines stay apart where colours are close.
+LINE_MARKERS = ["o", "s", "^", "D", "v", "P", "<", ">", "h", "p", "*", "d", "8", "H"]
+# The share of a throughput panel's height below zero that holds the status markers.
+STATUS_BAND = 0.2
+
+
+def series_markers(names: Iterable[str]) -> dict[str, str]:
+    """One stable line marker per name (sorted), like ``series_colors``."""
+    return {name: LINE_MARKERS[i % len(LINE_MARKERS)] for i, name in enumerate(sorted(set(names)))}
+
+
+def _status_band(ax, failed: list[tuple[float, str, str, Any]], top: float) -> None:
+    """Status markers at the bottom of a panel, in a band below zero: ``failed`` are ``(x, kernel,
+    status, colour)``; each kernel with a marker in the panel has its own row of the band (kernel
+    order, first at the top), so one kernel's markers line up across the lengths."""
+    kernels = sorted({k for _, k, _, _ in failed})
+    ax.set_ylim(0, top * 1.12)
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=6))
+    if not kernels:
+        return
+    ticks = [t for t in ax.get_yticks() if 0 <= t <= top * 1.12]
+    band = min(0.05 * len(kernels) + 0.02, 0.4)
+    ax.set_ylim(-band * top * 1.12 / (1 - band), top * 1.12)
+    ax.set_yticks(ticks)
+    ax.axhline(0, color="0.6", linewidth=0.8, zorder=1)
+    trans = blended_transform_factory(ax.transData, ax.transAxes)
+    for x, kernel, status, color in failed:
+        slot = len(kernels) - 1 - kernels.index(kernel)
+        ax.text(x, band * (slot + 0.5) / len(kernels), status_marker(status), transform=trans, ha="center",
+                va="center", color=color, fontweight="bold", fontsize=9, zorder=3, gid=f"marker-{status}")
+
+
 def kernel_throughput_figure(df: pd.DataFrame, mask: str, ceilings: dict | None = None,
                              colors: dict | None = None) -> Figure:
-    """TFLOPs/s by seqlen for one mask: grouped bars per kernel; a panel per direction (and dtype).
+    """TFLOPs/s against sequence length for one mask (log2-spaced lengths): a line with markers per
+    kernel; a panel per direction (and a row of panels per dtype).
 
-    Bars are the median, whiskers the p20–p80 spread; a cell without a number is its status marker
-    at the bar's place; the dashed line is the measured matmul ceiling of the dtype."""
+    Points are the median, error bars the p20–p80 spread; where a kernel has no number at a length,
+    its status marker (X unsupported, E out of memory, …) is drawn in the kernel's colour at the
+    bottom of the panel, below zero; the dashed line is the measured matmul ceiling of the dtype."""
     sub = df[df["mask"] == mask]
     if sub.empty:
         return _empty_figure(f"no kernel cells for mask {mask}", title=mask)
     colors = colors or series_colors(df["kernel"])
+    shapes = series_markers(df["kernel"])
     kernels = sorted(sub["kernel"].unique())
     seqlens = sorted(int(s) for s in sub["seqlen"].unique())
     directions, dtypes = tables.directions(sub), tables.dtypes(sub)
     ncols, nrows = len(directions), len(dtypes)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(max(5.5 * ncols, 1.1 * len(seqlens) * ncols + 2), 3.6 * nrows + 1),
+    fig, axes = plt.subplots(nrows, ncols, figsize=(max(5.5, 0.8 * len(seqlens) + 2.5) * ncols, 4.2 * nrows + 0.6),
                              squeeze=False)
-    width = 0.8 / max(len(kernels), 1)
-    x = np.arange(len(seqlens))
     ceiling_handles = {}
     for r, dtype in enumerate(dtypes):
         for c, direction in enumerate(directions):
             ax = axes[r][c]
             rows = sub[(sub["direction"] == direction) & (sub["dtype"] == dtype)]
-            ok = rows[rows["status"] == "ok"]
+            ok = ok_rows(rows)
             ceiling = _ceiling_line(ax, ceilings, dtype)
-            top = max([float(ok["tflops_p80"].max()) if len(ok) and ok["tflops_p80"].notna().any() else 0.0,
+            top = max([float(ok["tflops_p80"].max()) if ok["tflops_p80"].notna().any() else 0.0,
                        float(ok["tflops"].max()) if len(ok) else 0.0, ceiling or 0.0]) or 1.0
-            for i, kernel in enumerate(kernels):
-                for xi, seqlen in zip(x - 0.4 + width * (i + 0.5), seqlens):
-                    cell = rows[(rows["kernel"] == kernel) & (rows["seqlen"] == seqlen)]
-                    if cell.empty:
-                        continue
-                    row = cell.iloc[0]
-                    if row["status"] == "ok" and pd.notna(row["tflops"]):
-                        value = float(row["tflops"])
-                        lo = value - row["tflops_p20"] if pd.notna(row["tflops_p20"]) else 0.0
-                        hi = row["tflops_p80"] - value if pd.notna(row["tflops_p80"]) else 0.0
-                        ax.bar(xi, value, width, color=colors[kernel], yerr=[[max(lo, 0)], [max(hi, 0)]],
-                               capsize=2, ecolor="0.3", zorder=2)
-                    else:
-                        ax.text(xi, top * 0.02, status_marker(row["status"]), ha="center", va="bottom",
-                                color=colors[kernel], fontweight="bold", fontsize=11, zorder=3,
-                                gid=f"marker-{row['status']}")
-            ax.set_xticks(x, [seqlen_label(s) for s in seqlens])
-            ax.set_xlim(-0.5, len(seqlens) - 0.5)
+            failed = []
+            for kernel in kernels:
+                kr = rows[rows["kernel"] == kernel]
+                pts = ok_rows(kr).drop_duplicates("seqlen").set_index("seqlen").sort_index()
+                if len(pts):  # a length without a number between two with one breaks the line
+                    pts = pts.reindex(pd.Index([s for s in seqlens if pts.index[0] <= s <= pts.index[-1]], name="seqlen"))
+                    pts = pts.reset_index()
+                    lo = (pts["tflops"] - pts["tflops_p20"]).clip(lower=0).fillna(0)
+                    hi = (pts["tflops_p80"] - pts["tflops"]).clip(lower=0).fillna(0)
+                    bars = ax.errorbar(pts["seqlen"].astype(float), pts["tflops"], yerr=[lo, hi],
+                                       color=colors[kernel], marker=shapes[kernel], markersize=4.5, linewidth=1.4,
+                                       capsize=2, elinewidth=0.8, zorder=2, label=kernel)
+                    bars.lines[0].set_gid(f"kernel-{kernel}")
+                failed += [(float(row.seqlen), kernel, row.status, colors[kernel])
+                           for row in kr.itertuples(index=False) if row.status != "ok"]
+            _status_band(ax, failed, top)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks([float(s) for s in seqlens], [seqlen_label(s) for s in seqlens])
+            ax.minorticks_off()
+            ax.set_xlim(seqlens[0] / 2 ** 0.4, seqlens[-1] * 2 ** 0.4)
             ax.set_xlabel("sequence length (tokens)")
-            ax.set_ylabel("TFLOPs/s (median; whiskers p20–p80)")
+            ax.set_ylabel("TFLOPs/s (median; bars p20–p80)")
             ax.set_title(_panel_title(mask, direction, dtype, nrows > 1), fontsize=10)
-            ax.set_ylim(0, top * 1.12)
-            ax.grid(axis="y", alpha=0.3, zorder=0)
+            ax.grid(alpha=0.3, zorder=0)
             for h in ax.get_lines():
                 if h.get_label().startswith("matmul ceiling"):
                     ceiling_handles.setdefault(h.get_label(), h)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[k], label=k) for k in kernels]
+    handles = [Line2D([], [], color=colors[k], marker=shapes[k], markersize=5, label=k) for k in kernels]
     _finish(fig, handles + list(ceiling_handles.values()))
     return fig
 

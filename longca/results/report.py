@@ -1,7 +1,8 @@
 """One self-contained HTML report that answers "which kernel, which CP strategy?".
 
-The first screen holds the answer (the best kernel per mask and direction, the best CP strategy
-per mask and CP size); below it every figure with a caption saying what was measured and how,
+The first screen holds the answer (the fastest kernel per mask and sequence length, forward and
+backward, with its margin over the runner-up and the kernels that cannot run or ran out of memory
+there; the best kernel per mask and direction; the best CP strategy per mask and CP size); below it every figure with a caption saying what was measured and how,
 every row in sortable, filterable tables, every failed cell with its reason, the methodology, the
 environment and the resolved configuration.  Figures are embedded as data URIs and the page
 loads nothing from anywhere else, so the one file can be shared and read offline.  Everything
@@ -179,6 +180,46 @@ def kernel_answer(e: dict, row_ids: dict[str, str] | None = None) -> dict:
     return shown
 
 
+def margin_text(e: dict) -> str:
+    """A ``tables.seqlen_winners`` entry's margin: ``1.18× over flex_flash``, ``tied with b``, or
+    ``only kernel with a number``."""
+    if e["runner_up"] is None:
+        return "only kernel with a number"
+    if e["tie"]:
+        return f"tied with {e['runner_up']}"
+    return f"{e['ratio']:.2f}× over {e['runner_up']}" if e["ratio"] is not None else f"over {e['runner_up']}"
+
+
+def _status_names(pairs: list[tuple[str, list[str]]]) -> str:
+    """``[("a", []), ("b", ["bwd"])]`` → ``a, b (backward only)``."""
+    return ", ".join(k + (f" ({'/'.join(DIRECTION_TITLES.get(d, d) for d in ds)} only)" if ds else "")
+                     for k, ds in pairs)
+
+
+def seqlen_answer(cell: dict | None, row_ids: dict[str, str] | None = None) -> dict | None:
+    """A ``tables.seqlen_winner_grid`` cell as the first screen shows it: per direction the
+    winner, its TFLOPs/s and margin (or ``—`` and why), then the X and E kernel names."""
+    if cell is None:
+        return None
+    row_ids = row_ids or {}
+    lines = []
+    for direction, e in cell["entries"].items():
+        line = {"direction": DIRECTION_TITLES.get(direction, direction), "short": direction[0].upper()}
+        if e is None:
+            line.update(kernel=None, why="not measured")
+        elif e["kernel"] is None:
+            line.update(kernel=None, why="no kernel produced a number (" + e["failed"] + ")")
+        else:
+            line.update(kernel=e["kernel"], row_id=row_ids.get(e["cell_id"]), tflops=fmt_number(e["tflops"], 3),
+                        margin=margin_text(e), title=(f"{e['kernel']} {fmt_number(e['tflops'])} TFLOPs/s"
+                                                      + (f", {e['runner_up']} {fmt_number(e['runner_up_tflops'])}"
+                                                         if e["runner_up"] else "")))
+        lines.append(line)
+    return {"seqlen_label": seqlen_label(cell["seqlen"]), "lines": lines,
+            "unsupported": _status_names(cell["unsupported"]), "n_unsupported": len(cell["unsupported"]),
+            "oom": _status_names(cell["oom"]), "n_oom": len(cell["oom"])}
+
+
 def strategy_answer(e: dict, row_ids: dict[str, str] | None = None) -> dict:
     """A ``tables.best_strategies`` entry as the answer table shows it."""
     row_ids = row_ids or {}
@@ -255,12 +296,14 @@ def kernel_captions(df: pd.DataFrame, mask: str, ceilings: dict | None) -> tuple
         lo, hi = sub["density"].min(), sub["density"].max()
         density = f" (density {fmt_number(lo, 3)}" + ("" if lo == hi else f"–{fmt_number(hi, 3)}") + ")"
     throughput = (
-        f"Mask {mask} (pattern {pattern}){density}: attention throughput by sequence length, one bar per kernel, "
-        "a panel per direction (and dtype). TFLOPs/s = FLOPs counted on the mask's attended pairs "
-        "(4 · area · heads_q · head_dim · batch forward, × 2.5 backward) ÷ median time per call; whiskers span "
-        f"the 20th–80th percentile times. Timing: {_timing_phrase(sub)}. A cell without a number is drawn as "
-        "its status where its bar would be: X unsupported, E out of memory, W failed the correctness gate, "
-        "! error or crash, T timed out. " + _ceiling_phrase(ceilings, set(sub["dtype"])))
+        f"Mask {mask} (pattern {pattern}){density}: attention throughput against sequence length (log2 "
+        "axis), one line with markers per kernel, a panel per direction (and dtype). TFLOPs/s = FLOPs counted on "
+        "the mask's attended pairs (4 · area · heads_q · head_dim · batch forward, × 2.5 backward) ÷ median time "
+        f"per call; error bars span the 20th–80th percentile times. Timing: {_timing_phrase(sub)}. Where a "
+        "kernel has no number at a length, its status is drawn in the kernel's colour in the band below zero "
+        "(a row per kernel): X unsupported, E out of memory, W failed the correctness gate, ! error or crash, "
+        "T timed out; a line is broken where a length between two numbers has none. "
+        + _ceiling_phrase(ceilings, set(sub["dtype"])))
     memory = (f"Mask {mask}: peak allocated device memory during the timed calls, by sequence length, one line "
               "per kernel (log scale); markers as in the throughput figure.")
     return throughput, memory
@@ -322,6 +365,10 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
     cp_ids = {cid: r["id"] for cid, r in zip(cp["cell_id"], cp_rows)} if len(cp) else {}
 
     kernel_combos = tables.combos(kernels)
+    grid = tables.seqlen_winner_grid(kernels, masks)
+    by_seqlen = {"seqlens": [seqlen_label(s) for s in grid["seqlens"]],
+                 "rows": [{"mask": r["mask"], "dtype": r["dtype"],
+                           "cells": [seqlen_answer(c, kernel_ids) for c in r["cells"]]} for r in grid["rows"]]}
     best_k = [kernel_answer(e, kernel_ids) for e in tables.best_kernels(kernels, masks)]
     cp_masks = tables.mask_order(cp, masks)
     best_cp = [strategy_answer(e, cp_ids) for e in tables.best_strategies(cp, masks)]
@@ -339,7 +386,7 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
         if mask in figures.throughput and Path(figures.throughput[mask]).exists():
             entry["throughput"] = embed(figures.throughput[mask], id=f"fig-throughput-{mask}",
                                         title=f"{mask}: TFLOPs/s by sequence length", caption=thr_caption,
-                                        alt=f"TFLOPs/s by sequence length for mask {mask}, one bar per kernel")
+                                        alt=f"TFLOPs/s against sequence length for mask {mask}, one line per kernel")
         sub = kernels[kernels["mask"] == mask]
         if not tables.has_peak_memory(sub):
             entry["memory_note"] = ("Peak memory is recorded on GPU only; these cells ran on "
@@ -418,6 +465,7 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
         "markers": [(m, s, STATUS_LABELS[s]) for s, m in STATUS_MARKERS.items()],
         "devices": devices,
         "masks": masks,
+        "by_seqlen": by_seqlen,
         "kernel_combos": kernel_combos, "best_kernels": tables.answer_grid(best_k, ["mask"], kernel_combos),
         "best_kernel_list": best_k,
         "kernel_many_dtypes": len({t for _, t in kernel_combos}) > 1,

@@ -153,6 +153,71 @@ def best_kernels(df: pd.DataFrame, masks: list[str] | None = None) -> list[dict]
     return best
 
 
+def seqlen_winners(df: pd.DataFrame) -> list[dict]:
+    """Per (mask, dtype, direction, seqlen): the fastest ``ok`` kernel there and its margin over the
+    runner-up, and which kernels cannot run the cell (``unsupported``) or ran out of memory (``oom``).
+
+    An entry has ``mask``, ``dtype``, ``direction``, ``seqlen``, ``kernel`` (``None`` when no kernel
+    produced a number), ``unsupported``, ``oom`` and ``measured`` (kernel names with that status / with
+    a row there, sorted) and ``failed`` (a
+    ``status_summary`` of every row without a number, ``""`` when none); with a winner also
+    ``tflops`` and ``cell_id``, and ``runner_up``, ``runner_up_tflops`` and ``ratio`` (winner ÷
+    runner-up; ``None`` where there is no other number).  ``tie`` is True when the runner-up
+    reached the same TFLOPs/s."""
+    entries = []
+    for (mask, dtype, direction, seqlen), g in df.groupby(["mask", "dtype", "direction", "seqlen"], sort=True):
+        ok = ok_rows(g).sort_values(["tflops", "kernel"], ascending=[False, True])
+        failed = g[g["status"] != "ok"]
+        e = {"mask": mask, "dtype": dtype, "direction": direction, "seqlen": int(seqlen), "kernel": None,
+             "unsupported": sorted(set(g.loc[g["status"] == "unsupported", "kernel"])),
+             "oom": sorted(set(g.loc[g["status"] == "oom", "kernel"])), "measured": sorted(set(g["kernel"])),
+             "failed": status_summary(failed["status"]) if len(failed) else "",
+             "runner_up": None, "runner_up_tflops": None, "ratio": None, "tie": False}
+        if len(ok):
+            top = ok.iloc[0]
+            e.update(kernel=top["kernel"], tflops=float(top["tflops"]), cell_id=top["cell_id"])
+        if len(ok) > 1:
+            second = ok.iloc[1]
+            e.update(runner_up=second["kernel"], runner_up_tflops=float(second["tflops"]),
+                     ratio=float(top["tflops"]) / float(second["tflops"]) if second["tflops"] else None,
+                     tie=bool(top["tflops"] == second["tflops"]))
+        entries.append(e)
+    return entries
+
+
+def seqlen_winner_grid(df: pd.DataFrame, masks: list[str] | None = None) -> dict:
+    """``seqlen_winners`` laid out as the first screen's table: ``seqlens`` (the columns, sorted),
+    ``directions`` and ``rows``, one per (mask, dtype) in ``mask_order``, each ``{"mask", "dtype",
+    "cells"}`` with a cell per seqlen: ``None`` where that mask was not measured at that length,
+    else ``{"seqlen", "entries": {direction: entry or None}, "unsupported", "oom"}`` where
+    ``unsupported`` / ``oom`` are ``(kernel, directions)`` pairs, ``directions`` empty when the
+    kernel has that status in every direction it was measured in there."""
+    if df.empty:
+        return {"seqlens": [], "directions": [], "rows": []}
+    seqlens = sorted(int(s) for s in df["seqlen"].unique())
+    dirs = directions(df)
+    by_key: dict[tuple, dict] = {}
+    for e in seqlen_winners(df):
+        by_key.setdefault((e["mask"], e["dtype"], e["seqlen"]), {})[e["direction"]] = e
+    rows = []
+    for mask in mask_order(df, masks):
+        for dtype in dtypes(df[df["mask"] == mask]):
+            cells = []
+            for seqlen in seqlens:
+                here = by_key.get((mask, dtype, seqlen))
+                if here is None:
+                    cells.append(None)
+                    continue
+                cell = {"seqlen": seqlen, "entries": {d: here.get(d) for d in dirs}}
+                for status in ("unsupported", "oom"):
+                    names = sorted({k for e in here.values() for k in e[status]})
+                    cell[status] = [(k, [] if all(k in e[status] for e in here.values() if k in e["measured"])
+                                     else [d for d in dirs if d in here and k in here[d][status]]) for k in names]
+                cells.append(cell)
+            rows.append({"mask": mask, "dtype": dtype, "cells": cells})
+    return {"seqlens": seqlens, "directions": dirs, "rows": rows}
+
+
 def mask_areas(kernels: pd.DataFrame) -> pd.DataFrame:
     """One row per (mask, seqlen): its pattern, exact area, density and resolved parameters."""
     if not len(kernels):

@@ -99,8 +99,6 @@ def _finish(fig: Figure, series: list) -> None:
 
 # Line markers per kernel (in the kernel's colour), so 14 lines stay apart where colours are close.
 LINE_MARKERS = ["o", "s", "^", "D", "v", "P", "<", ">", "h", "p", "*", "d", "8", "H"]
-# The share of a throughput panel's height below zero that holds the status markers.
-STATUS_BAND = 0.2
 
 
 def series_markers(names: Iterable[str]) -> dict[str, str]:
@@ -162,8 +160,8 @@ def kernel_throughput_figure(df: pd.DataFrame, mask: str, ceilings: dict | None 
                 kr = rows[rows["kernel"] == kernel]
                 pts = ok_rows(kr).drop_duplicates("seqlen").set_index("seqlen").sort_index()
                 if len(pts):  # a length without a number between two with one breaks the line
-                    pts = pts.reindex(pd.Index([s for s in seqlens if pts.index[0] <= s <= pts.index[-1]], name="seqlen"))
-                    pts = pts.reset_index()
+                    span = [s for s in seqlens if pts.index[0] <= s <= pts.index[-1]]
+                    pts = pts.reindex(pd.Index(span, name="seqlen")).reset_index()
                     lo = (pts["tflops"] - pts["tflops_p20"]).clip(lower=0).fillna(0)
                     hi = (pts["tflops_p80"] - pts["tflops"]).clip(lower=0).fillna(0)
                     bars = ax.errorbar(pts["seqlen"].astype(float), pts["tflops"], yerr=[lo, hi],

@@ -2,12 +2,13 @@
 
 The first screen holds the answer (the fastest kernel per mask and sequence length, forward and
 backward, with its margin over the runner-up and the kernels that cannot run or ran out of memory
-there; the best kernel per mask and direction; the best CP strategy per mask and CP size); below it every figure with a caption saying what was measured and how,
-every row in sortable, filterable tables, every failed cell with its reason, the methodology, the
-environment and the resolved configuration.  Figures are embedded as data URIs and the page
-loads nothing from anywhere else, so the one file can be shared and read offline.  Everything
-that comes from config, the environment or error messages goes through Jinja's autoescape.  The
-tables come from ``tables`` (the same the figures draw); this module formats and lays them out.
+there; the best kernel per mask and direction; the best CP strategy per mask and CP size); below it
+every figure with a caption saying what was measured and how, every row in sortable, filterable
+tables, every failed cell with its reason, the methodology, the environment and the resolved
+configuration. Figures are embedded as data URIs and the page loads nothing from anywhere else, so
+the one file can be shared and read offline. Everything that comes from config, the environment or
+error messages goes through Jinja's autoescape. The tables come from ``tables`` (the same the
+figures draw); this module formats and lays them out.
 """
 
 from __future__ import annotations

@@ -183,3 +183,19 @@ def test_series_colours_are_stable_and_distinct():
     a = plots.series_colors(["b", "a", "c"])
     assert a == plots.series_colors(["c", "b", "a", "a"])
     assert len(set(a.values())) == 3
+
+
+def test_device_ratio_heatmap_writes_each_ratio_and_a_dash_where_none(kernels):
+    from longca.results import tables
+
+    faster = kernels.assign(tflops=kernels["tflops"] * 1.25)
+    ratios = tables.best_kernel_ratios(kernels, faster)
+    ratios = ratios[~((ratios["mask"] == "sliding") & (ratios["seqlen"] == 64))]  # a hole
+    fig = plots.device_ratio_figure(ratios, "old", "new", masks=["sliding", "causal"])
+    assert [ax.get_title() for ax in fig.axes if ax.get_title()] == ["new / old, fastest kernel — forward — bfloat16",
+                                                         "new / old, fastest kernel — backward — bfloat16"]
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts.count("–") == 1 and texts.count("1.25") == len(texts) - 1
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["sliding", "causal"]
+    empty = plots.device_ratio_figure(ratios.iloc[0:0], "old", "new")
+    assert "no kernel cell measured ok on both old and new" in [t.get_text() for t in empty.texts]

@@ -334,3 +334,36 @@ def test_distinct_counts_leave_out_what_nothing_recorded():
     assert counts.values.tolist() == [["cpu", "h2", 1], ["cuda", "h1", 2]]
     assert tables.distinct_counts(df, [("slot", "GPU slot", text)]).empty
     assert tables.distinct_counts(df.iloc[0:0], [("device", "device", text)]).empty
+
+
+# --- two machines side by side ---------------------------------------------------------------
+
+
+def _cells(*records):
+    shape = {"dtype": "bfloat16", "batch": 1, "heads_q": 8, "heads_kv": 2, "head_dim": 64, "status": "ok"}
+    return pd.DataFrame([{**shape, **dict(zip(["kernel", "mask", "seqlen", "direction", "tflops"], r))} for r in records])
+
+
+def test_device_ratios_pair_cells_ok_on_both_and_refuse_different_shapes():
+    a = _cells(("k1", "causal", 1024, "fwd", 100.0), ("k2", "causal", 1024, "fwd", 50.0),
+               ("k1", "full", 1024, "fwd", 80.0))
+    b = _cells(("k1", "causal", 1024, "fwd", 110.0), ("k2", "causal", 1024, "fwd", 45.0),
+               ("k1", "full", 1024, "bwd", 70.0))  # a full bwd cell a does not have: unmatched
+    b.loc[1, "status"] = "oom"  # k2 ran out of memory on b: no ratio for it
+    pairs = tables.device_ratios(a, b)
+    assert pairs[["kernel", "mask", "ratio"]].values.tolist() == [["k1", "causal", pytest.approx(1.1)]]
+    with pytest.raises(ValueError, match="heads_q"):
+        tables.device_ratios(a, b.assign(heads_q=16))
+
+
+def test_best_kernel_ratios_compare_the_fastest_kernel_among_those_both_measured():
+    a = _cells(("k1", "causal", 1024, "fwd", 100.0), ("k2", "causal", 1024, "fwd", 90.0),
+               ("k3", "causal", 1024, "fwd", 500.0))  # k3 only on a: it must not set a's best
+    b = _cells(("k1", "causal", 1024, "fwd", 95.0), ("k2", "causal", 1024, "fwd", 120.0),
+               ("k1", "causal", 2048, "fwd", 10.0))  # no 2K cell on a
+    best = tables.best_kernel_ratios(a, b)
+    assert len(best) == 1
+    row = best.iloc[0]
+    assert (row["kernel_a"], row["tflops_a"], row["kernel_b"], row["tflops_b"]) == ("k1", 100.0, "k2", 120.0)
+    assert row["ratio"] == pytest.approx(1.2) and row["kernels"] == 2
+    assert tables.best_kernel_ratios(a, b.iloc[0:0]).empty

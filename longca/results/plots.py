@@ -21,6 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import MaxNLocator
@@ -287,6 +288,54 @@ def kernel_mask_matrix_figure(df: pd.DataFrame, masks: list[str] | None = None) 
             ax.set_title(f"best TFLOPs/s — {_panel_title(None, direction, dtype, True)}", fontsize=10)
             fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02).set_label("TFLOPs/s", fontsize=8)
     _finish(fig, [])
+    return fig
+
+
+def device_ratio_figure(ratios: pd.DataFrame, label_a: str, label_b: str,
+                        masks: list[str] | None = None) -> Figure:
+    """Mask × sequence-length heatmap of one machine's fastest kernel over another's
+    (``tables.best_kernel_ratios``), a panel per direction and dtype; 1.0 is white, the second
+    machine faster is blue.  A cell with no kernel measured ok on both shows "–"."""
+    if ratios.empty:
+        return _empty_figure(f"no kernel cell measured ok on both {label_a} and {label_b}")
+    masks = [m for m in (masks or []) if m in set(ratios["mask"])] or list(dict.fromkeys(ratios["mask"]))
+    seqlens = sorted(ratios["seqlen"].unique())
+    directions, dtypes = tables.directions(ratios), tables.dtypes(ratios)
+    spread = float(np.nanmax(np.abs(np.log(ratios["ratio"].to_numpy()))))
+    limit = max(1.1, float(np.exp(spread)))  # symmetric on a log scale, at least ±10 %
+    norm = LogNorm(vmin=1 / limit, vmax=limit)
+    cmap = plt.get_cmap("RdBu").with_extremes(bad="#eeeeee")
+    cw, ch = max(0.8 * len(seqlens) + 3.2, 5.0), max(0.36 * len(masks) + 1.4, 2.6)
+    fig, axes = plt.subplots(len(dtypes), len(directions), figsize=(cw * len(directions), ch * len(dtypes) + 0.6),
+                             squeeze=False)
+    for r, dtype in enumerate(dtypes):
+        for c, direction in enumerate(directions):
+            ax = axes[r][c]
+            panel = ratios[(ratios["direction"] == direction) & (ratios["dtype"] == dtype)]
+            panel = panel.set_index(["mask", "seqlen"])["ratio"]
+            grid = np.full((len(masks), len(seqlens)), np.nan)
+            for i, m in enumerate(masks):
+                for j, n in enumerate(seqlens):
+                    if (m, n) in panel.index:
+                        grid[i, j] = panel.loc[(m, n)]
+            image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, norm=norm, aspect="auto")
+            for i in range(len(masks)):
+                for j in range(len(seqlens)):
+                    value = grid[i, j]
+                    text = f"{value:.2f}" if np.isfinite(value) else "–"
+                    strong = np.isfinite(value) and abs(np.log(value)) > 0.6 * np.log(limit)
+                    ax.text(j, i, text, ha="center", va="center", fontsize=7,
+                            color="white" if strong else ("black" if np.isfinite(value) else "0.5"))
+            ax.set_xticks(range(len(seqlens)), [seqlen_label(n) for n in seqlens], fontsize=8)
+            ax.set_yticks(range(len(masks)), masks, fontsize=8)
+            ax.set_title(f"{label_b} / {label_a}, fastest kernel — {_panel_title(None, direction, dtype, True)}",
+                         fontsize=10)
+            bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+            ticks = [t for t in (0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25) if 1 / limit <= t <= limit]
+            bar.set_ticks(ticks, labels=[f"{t:g}" for t in ticks], fontsize=7)
+            bar.ax.minorticks_off()
+            bar.set_label(f"{label_b} ÷ {label_a} TFLOPs/s", fontsize=8)
+    fig.tight_layout()  # no marker legend: a cell without a ratio is "–", whatever its statuses
     return fig
 
 

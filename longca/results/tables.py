@@ -218,6 +218,41 @@ def seqlen_winner_grid(df: pd.DataFrame, masks: list[str] | None = None) -> dict
     return {"seqlens": seqlens, "directions": dirs, "rows": rows}
 
 
+# --- two machines side by side ---------------------------------------------------------------
+
+CELL_KEYS = ["kernel", "mask", "seqlen", "direction", "dtype"]
+
+
+def device_ratios(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Per kernel cell measured ok on both machines: ``tflops_a``, ``tflops_b`` and ``ratio`` (b / a).
+
+    Cells are matched by kernel, mask, length, direction and dtype; the problem shape must be the
+    same on both sides (a mismatch raises: the ratio would mean nothing)."""
+    shape = ["batch", "heads_q", "heads_kv", "head_dim"]
+    both = ok_rows(a).merge(ok_rows(b), on=CELL_KEYS, suffixes=("_a", "_b"))
+    differ = [c for c in shape if c + "_a" in both and (both[c + "_a"] != both[c + "_b"]).any()]
+    if differ:
+        raise ValueError(f"the two runs measured different problem shapes ({', '.join(differ)}): no ratio")
+    out = both[CELL_KEYS + ["tflops_a", "tflops_b"]].copy()
+    out["ratio"] = out["tflops_b"] / out["tflops_a"]
+    return out.reset_index(drop=True)
+
+
+def best_kernel_ratios(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Per mask, length, direction and dtype: the fastest kernel on each machine and ``ratio`` (b's best
+    over a's best), among the kernels measured ok on both, so a kernel missing on one side (not run,
+    not installed) does not make the other look faster."""
+    pairs = device_ratios(a, b)
+    keys = ["mask", "seqlen", "direction", "dtype"]
+    rows = []
+    for key, group in pairs.groupby(keys, sort=False):
+        best_a, best_b = group.loc[group["tflops_a"].idxmax()], group.loc[group["tflops_b"].idxmax()]
+        rows.append({**dict(zip(keys, key)), "kernel_a": best_a["kernel"], "tflops_a": best_a["tflops_a"],
+                     "kernel_b": best_b["kernel"], "tflops_b": best_b["tflops_b"],
+                     "ratio": best_b["tflops_b"] / best_a["tflops_a"], "kernels": len(group)})
+    return pd.DataFrame(rows, columns=keys + ["kernel_a", "tflops_a", "kernel_b", "tflops_b", "ratio", "kernels"])
+
+
 def mask_areas(kernels: pd.DataFrame) -> pd.DataFrame:
     """One row per (mask, seqlen): its pattern, exact area, density and resolved parameters."""
     if not len(kernels):

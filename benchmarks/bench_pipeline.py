@@ -54,7 +54,18 @@ from longca import config as longca_config  # noqa: E402
 
 BARE_WARMUP_MS, BARE_REP_MS = 25, 100  # triton.testing.do_bench's defaults
 FIDELITY = 0.03
-GROWTH = 1.6  # a chunk's wall time over the previous (shorter) chunk's, to decide whether it fits
+GROWTH = 1.6  # the least a chunk's wall time grows over the previous (shorter) chunk's
+MAX_GROWTH = 4.0  # dense masks: twice the length, four times the work
+
+
+def next_chunk_s(chunk_s: list[float]) -> float | None:
+    """What the next, twice as long, chunk will take: the last chunk's time times the growth the
+    last two showed, squared (on an H100 8K -> 16K grew 1.69x, 16K -> 32K about 3.4x: past 8K the
+    dense cells' quadratic cost takes over from compilation), at least GROWTH, at most MAX_GROWTH."""
+    if not chunk_s:
+        return None
+    growth = (chunk_s[-1] / chunk_s[-2]) ** 2 if len(chunk_s) > 1 and chunk_s[-2] > 0 else GROWTH
+    return chunk_s[-1] * min(max(growth, GROWTH), MAX_GROWTH)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -168,7 +179,8 @@ def compile_caches(work: Path, side: str) -> dict[str, str]:
             "CUTE_DSL_CACHE_DIR": str(root / "cute")}
 
 
-def run_bare(cfg: dict, cells) -> tuple[float, dict]:
+def run_bare(cfg: dict, cells) -> tuple[float, float, dict]:
+    """The bare loop over ``cells``: (its wall time as a one-pass loop, the second loops' time, rows)."""
     from longca.execution.cell import CellSpec
 
     started = time.perf_counter()
@@ -178,7 +190,7 @@ def run_bare(cfg: dict, cells) -> tuple[float, dict]:
         rows[c.path] = bare_cell(spec)
     # A one-pass loop would not make the second do_bench loop: its time is not the bare side's.
     extra = sum(r.get("second_loop_s", 0.0) for r in rows.values())
-    return time.perf_counter() - started - extra, rows
+    return time.perf_counter() - started - extra, extra, rows
 
 
 # ---------------------------------------------------------------- bookkeeping
@@ -347,16 +359,15 @@ def main(argv=None) -> int:
     state = load_state(args.work)
     done = {c["seqlen"] for c in state["chunks"]}
     sampler = GpuSampler(args.outdir / "gpu_util.csv")
-    last_chunk_s = None
+    chunk_s: list[float] = []  # this invocation's chunks (a new process compiles anew: no earlier ones)
     try:
         for i, seqlen in enumerate(cfg["seqlens"]):
             if seqlen in done:
                 continue
             left = args.budget_s - (time.monotonic() - start)
-            # A doubled length costs up to 4x on dense masks, far less on sparse ones and on the
-            # compilation that dominates short lengths: ~1.6x over this grid (an H200, 1K -> 2K).
-            if last_chunk_s is not None and GROWTH * last_chunk_s > left:
-                print(f"stopping: {left:.0f} s left, the {seqlen} chunk would take ~{GROWTH * last_chunk_s:.0f} s")
+            expected = next_chunk_s(chunk_s)
+            if expected is not None and expected > left:
+                print(f"stopping: {left:.0f} s left, the {seqlen} chunk would take ~{expected:.0f} s")
                 break
             cells = chunk_cells(cfg, seqlen)
             for c in cells:  # a chunk cut off earlier starts from scratch, both ways
@@ -371,7 +382,7 @@ def main(argv=None) -> int:
                     chunk["workflow_s"], code = run_workflow(args, overrides_path, cells, max(remaining, 1))
                     chunk["workflow_exit"] = code
                 else:
-                    chunk["bare_s"], rows = run_bare(cfg, cells)
+                    chunk["bare_s"], chunk["bare_second_loops_s"], rows = run_bare(cfg, cells)
                 state["phases"].append({"phase": phase, "start": t0, "end": time.time()})
             if chunk["workflow_exit"] != 0:
                 print(f"seqlen {seqlen}: snakemake exited {chunk['workflow_exit']} (see {args.work}/snakemake.log); "
@@ -381,7 +392,7 @@ def main(argv=None) -> int:
             state["cells"].update(rows)
             state["chunks"].append(chunk)
             save_state(args.work, state)
-            last_chunk_s = chunk["workflow_s"] + chunk["bare_s"]
+            chunk_s.append(chunk["workflow_s"] + chunk["bare_s"] + chunk["bare_second_loops_s"])  # all it took
             print(f"seqlen {seqlen}: {len(cells)} cells, workflow {chunk['workflow_s']:.1f} s, "
                   f"bare {chunk['bare_s']:.1f} s", flush=True)
             write_outputs(args, cfg, state)

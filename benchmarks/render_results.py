@@ -7,40 +7,60 @@ report shows exactly what was measured and nothing else.
 
     python benchmarks/render_results.py RUN/results docs/results/h200_2026-11-22 \\
         --config config/gpu.yaml run-overrides.yaml
+
+Given a published ``kernels.parquet`` instead of a results folder, it renders from that table (with
+the ``cp.parquet`` and ``ceilings.json`` beside it, where there are), so a fresh clone rebuilds a
+published report from what is committed:
+
+    python benchmarks/render_results.py docs/results/h100_2026-11-23/kernels.parquet /tmp/h100 \\
+        --config config/gpu.yaml docs/results/h100_2026-11-23/overrides.yaml
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
 from longca import config as config_mod
 from longca.execution import ceilings as ceilings_mod
 from longca.results import parquet as results
-from longca.results import plots
+from longca.results import plots, tables
 from longca.results.report import Figures, render
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("results", type=Path, help="a run's results/ folder (cells/kernels, cells/cp, ceilings.json)")
+    ap.add_argument("results", type=Path, help="a run's results/ folder (cells/kernels, cells/cp, ceilings.json), "
+                    "or a published kernels.parquet")
     ap.add_argument("out", type=Path)
     ap.add_argument("--config", nargs="*", default=[], help="the config files the run used, in order")
     args = ap.parse_args()
 
     config = config_mod.validate(config_mod.merge_files(args.config))
-    kernel_cells = sorted((args.results / "cells" / "kernels").rglob("*.json"))
-    cp_cells = sorted((args.results / "cells" / "cp").rglob("*.json"))
-    if not kernel_cells and not cp_cells:
-        print(f"no cells under {args.results / 'cells'}", file=sys.stderr)
-        return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    results.aggregate(kernel_cells, args.out / "kernels.parquet", schema=results.KERNEL_SCHEMA)
-    results.aggregate(cp_cells, args.out / "cp.parquet", schema=results.CP_SCHEMA)
-    kernels = results.load(args.out / "kernels.parquet")
-    cp = results.load(args.out / "cp.parquet")
-    ceilings = ceilings_mod.load(args.results / "ceilings.json")  # None when the run measured none
+    if args.results.suffix == ".parquet":
+        if not args.results.is_file():
+            print(f"{args.results}: no such file", file=sys.stderr)
+            return 2
+        kernels = results.load(args.results)
+        cp_table = args.results.with_name("cp.parquet")
+        cp = results.load(cp_table) if cp_table.is_file() else tables.empty_cp()
+        ceilings = ceilings_mod.load(args.results.with_name("ceilings.json"))
+        if args.results.resolve() != (args.out / "kernels.parquet").resolve():
+            shutil.copyfile(args.results, args.out / "kernels.parquet")
+    else:
+        kernel_cells = sorted((args.results / "cells" / "kernels").rglob("*.json"))
+        cp_cells = sorted((args.results / "cells" / "cp").rglob("*.json"))
+        if not kernel_cells and not cp_cells:
+            print(f"no cells under {args.results / 'cells'}", file=sys.stderr)
+            return 2
+        results.aggregate(kernel_cells, args.out / "kernels.parquet", schema=results.KERNEL_SCHEMA)
+        results.aggregate(cp_cells, args.out / "cp.parquet", schema=results.CP_SCHEMA)
+        kernels = results.load(args.out / "kernels.parquet")
+        cp = results.load(args.out / "cp.parquet")
+        ceilings = ceilings_mod.load(args.results / "ceilings.json")  # None when the run measured none
 
     # The config's mask order, keeping only masks with at least one finished cell.
     masks = [e.name for e in config_mod.mask_entries(config) if e.name in set(kernels["mask"])]
@@ -59,7 +79,7 @@ def main() -> int:
         plots.cp_figures(cp, kernels, mask, scaling[mask], efficiency[mask], ceilings=ceilings)
     figures = Figures(throughput=throughput, memory=memory, matrix=matrix, cp_scaling=scaling, cp_efficiency=efficiency)
     render(kernels, args.out / "report.html", cp=cp, figures=figures, ceilings=ceilings, config=config, masks=masks)
-    print(f"{len(kernel_cells)} kernel cells, {len(cp_cells)} CP cells -> {args.out}")
+    print(f"{len(kernels)} kernel cells, {len(cp)} CP cells -> {args.out}")
     return 0
 
 

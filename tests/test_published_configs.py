@@ -1,7 +1,11 @@
 """The configs and scripts that produce published results: config/gpu.yaml and render_results."""
 
+import re
 import subprocess
 import sys
+
+import pandas as pd
+import pytest
 
 from snakemake_run import REPO
 
@@ -38,11 +42,39 @@ def test_render_results_reports_exactly_the_cells_that_finished(tmp_path):
                            str(tmp_path / "published")], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     published = tmp_path / "published"
-    import pandas as pd
-
     rows = pd.read_parquet(published / "kernels.parquet")
     assert sorted(rows["mask"]) == ["causal", "full"] and (rows["status"] == "ok").all()
     html = (published / "report.html").read_text()
     assert "sdpa/full/float32_fwd_128" in html and "sdpa/causal/float32_fwd_128" in html
     assert (published / "figures" / "kernels_full.png").exists()
     assert not (published / "figures" / "kernels_varlen_causal.png").exists()  # no cells, no figure
+
+
+def _without_images_and_stamp(html: str) -> str:
+    html = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "IMG", html)  # figures' bytes vary with matplotlib
+    return re.sub(r"generated \d{4}-\d\d-\d\d \d\d:\d\d UTC", "generated", html)
+
+
+@pytest.mark.slow
+def test_a_fresh_clone_renders_the_published_report_from_the_committed_parquet(tmp_path):
+    """docs/results/h100_2026-11-23: the committed kernels.parquet alone gives back its report (every
+    table, number and winner; the figures' pixels and the generation time aside)."""
+    published = REPO / "docs" / "results" / "h100_2026-11-23"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "render_results.py"),
+                           str(published / "kernels.parquet"), str(tmp_path / "again"), "--config",
+                           str(REPO / "config" / "gpu.yaml"), str(published / "overrides.yaml")],
+                          capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "942 kernel cells, 0 CP cells" in proc.stdout
+    again = (tmp_path / "again" / "report.html").read_text()
+    assert _without_images_and_stamp(again) == _without_images_and_stamp((published / "report.html").read_text())
+    assert (tmp_path / "again" / "kernels.parquet").read_bytes() == (published / "kernels.parquet").read_bytes()
+    assert sorted(p.name for p in (tmp_path / "again" / "figures").glob("kernels_*.png")) == \
+        sorted(f"kernels_{m}.png" for m in set(pd.read_parquet(published / "kernels.parquet")["mask"]))
+
+
+def test_render_results_names_a_missing_parquet(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "render_results.py"),
+                           str(tmp_path / "nope" / "kernels.parquet"), str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 2 and "nope/kernels.parquet: no such file" in proc.stderr

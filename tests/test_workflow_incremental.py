@@ -5,7 +5,9 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from snakemake_run import REPO, cell_files, command, planned_cells, snakemake, write_config
@@ -129,3 +131,15 @@ def _cells(dry_run_output: str) -> list[str]:
     from snakemake_run import CELL_OUTPUT
 
     return CELL_OUTPUT.findall(dry_run_output)
+
+
+def test_another_path_to_the_same_interpreter_reruns_nothing(clone):
+    """`snakemake all` (its entry point runs bin/python3) and `python -m snakemake all` are one
+    interpreter under two names: the cache key is settings and code, not the interpreter's path."""
+    exe = Path(sys.executable)
+    names = ("python3", "python", f"python3.{sys.version_info.minor}")
+    other = next((exe.with_name(n) for n in names if n != exe.name and exe.with_name(n).exists()), None)
+    if other is None:
+        pytest.skip(f"no second name for {exe} in its folder")
+    proc = subprocess.run([str(other), *command(clone, "-n", "all")[1:]], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-3000:]

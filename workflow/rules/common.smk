@@ -11,6 +11,8 @@ CFG = longca_config.validate(config)
 KERNEL_CELLS = list(longca_config.kernel_cells(CFG))
 CP_CELLS = list(longca_config.cp_cells(CFG))
 MASK_NAMES = [entry.name for entry in longca_config.mask_entries(CFG)]
+# The interpreter that runs the cells: in the shell command, not in params, so running `snakemake`
+# or `python -m snakemake` (two paths of one interpreter) does not rerun every cell.
 PYTHON = sys.executable
 # Isolation and limits reach run-cell as flags, not params: a limit is not part of any cache key.
 LIMIT_FLAGS = longca_config.cell_limits(CFG)

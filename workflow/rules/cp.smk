@@ -27,7 +27,6 @@ rule cp_cell:
     params:
         settings=cp_cell_settings,
         fingerprint=lambda wc: cached_cp_fingerprint(wc.strategy),
-        python=PYTHON,
         timeout=CFG["limits"]["cell_timeout_s"],
     threads: MEASURE_THREADS
     resources:
@@ -41,7 +40,7 @@ rule cp_cell:
         tasks=cp_cell_nodes,
         mpi=lambda wc: "srun" if cp_cell_nodes(wc) > 1 else "",
     shell:
-        "{params.python} -m longca cp-cell --settings {params.settings:q} --threads {threads} "
+        "{PYTHON} -m longca cp-cell --settings {params.settings:q} --threads {threads} "
         "--timeout {params.timeout} --fingerprint {params.fingerprint} "
         "--cell-id {wildcards.strategy}/{wildcards.mask}/{wildcards.dtype}_{wildcards.direction}_{wildcards.tokens}x{wildcards.cp_size} "
         "--out {output} 2> {log}"

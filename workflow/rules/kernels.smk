@@ -13,7 +13,6 @@ rule kernel_cell:
     params:
         settings=kernel_cell_settings,
         fingerprint=lambda wc: cached_kernel_fingerprint(wc.kernel),
-        python=PYTHON,
     threads: CELL_THREADS
     # On a cluster, many small cells share one job (profiles/slurm sets group-components).
     group:
@@ -22,5 +21,5 @@ rule kernel_cell:
         **CELL_RESOURCES,
     shell:
         # The row's cell_id (kernel/mask/dtype_direction_seqlen) is derived from the settings.
-        "{params.python} -m longca run-cell --settings {params.settings:q} --threads {MEASURE_THREADS} {LIMIT_FLAGS} "
+        "{PYTHON} -m longca run-cell --settings {params.settings:q} --threads {MEASURE_THREADS} {LIMIT_FLAGS} "
         "--out {output} 2> {log}"

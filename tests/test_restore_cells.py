@@ -1,0 +1,114 @@
+"""benchmarks/restore_cells.py: an archive's cells back into a run directory, only where they are what
+the code and config at hand would measure; with the real git, Snakemake and files.
+
+The archive is made by a real run of this checkout's code, so ``--measured-at HEAD`` holds when the
+measurement code has no uncommitted edits (as in CI's clean clone)."""
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+
+import pytest
+from snakemake_run import REPO, cell_files, planned_cells, snakemake, write_config
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from restore_cells import code_lines  # noqa: E402
+
+CONFIG = {
+    "device": "cpu", "threads": 1, "kernels": ["sdpa"], "masks": ["full", "causal"], "seqlens": [64],
+    "directions": ["fwd"], "dtypes": ["float32"], "heads_q": 2, "heads_kv": 2, "head_dim": 16,
+    "gate_seqlen": 64, "timing": {"warmup": 1, "reps": 2}, "cp_strategies": [],
+}
+CELLS = {f"results/cells/kernels/sdpa/{m}/float32_fwd_64.json" for m in ("full", "causal")}
+HEAD = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def test_code_lines_leave_out_docstrings_comments_and_blank_lines():
+    before = '"""Module."""\n\ndef f(x):\n    """Doc."""\n    # why\n    return x + 1\n'
+    reworded = '"""Module,\nreworded."""\ndef f(x):\n    """Another doc,\n    two lines."""\n\n    return x + 1   \n'
+    changed = '"""Module."""\n\ndef f(x):\n    """Doc."""\n    return x + 2\n'
+    assert code_lines(before) == code_lines(reworded) == ["def f(x):", "    return x + 1"]
+    assert code_lines(changed) != code_lines(before)
+    shared = 'def f(x): """doc"""; return 1\n'  # a docstring on a line with code stays
+    assert code_lines(shared) == [shared.rstrip()]
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    run = tmp_path_factory.mktemp("measured")
+    write_config(run, CONFIG)
+    proc = snakemake(run, *sorted(CELLS))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    path = run / "cells.tgz"
+    with tarfile.open(path, "w:gz") as tar:
+        for cell in sorted(CELLS):
+            tar.add(run / cell, arcname=cell)
+    return path
+
+
+def _restore(archive, workdir, *extra):
+    config = workdir / "config.yaml"
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "restore_cells.py"), str(archive), str(workdir),
+                           "--measured-at", HEAD, "--config", str(config), *extra],
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_restored_cells_are_not_measured_again_and_rerun_when_their_settings_change(archive, tmp_path):
+    work = tmp_path / "run"
+    write_config(work, CONFIG)
+    proc = _restore(archive, work, "--measured-with", str(work / "config.yaml"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 of 2 cells restored" in proc.stdout
+    assert set(cell_files(work)) == CELLS
+    with tarfile.open(archive) as tar:
+        for cell in CELLS:
+            assert json.loads((work / cell).read_text()) == json.load(tar.extractfile(cell))
+    assert planned_cells(work) == set()  # Snakemake has its record of them: nothing to measure
+    write_config(work, {**CONFIG, "seed": 5})
+    assert planned_cells(work) == CELLS  # and a changed setting reruns them as usual
+    assert snakemake(work, "all").returncode == 0  # the report builds from restored rows too
+
+
+def _tampered(archive, tmp_path, cell, **changes):
+    out = tmp_path / "tampered.tgz"
+    with tarfile.open(archive) as src, tarfile.open(out, "w:gz") as dst:
+        for member in src.getmembers():
+            row = json.load(src.extractfile(member))
+            data = json.dumps({**row, **changes} if member.name == cell else row).encode()
+            member.size = len(data)
+            dst.addfile(member, io.BytesIO(data))
+    return out
+
+
+@pytest.mark.slow
+def test_cells_of_other_code_or_settings_are_dropped_and_say_why(archive, tmp_path):
+    work = tmp_path / "run"
+    write_config(work, CONFIG)
+    measured_with = tmp_path / "measured_with.yaml"
+    write_config(tmp_path, CONFIG)
+    (tmp_path / "config.yaml").rename(measured_with)
+    full = "results/cells/kernels/sdpa/full/float32_fwd_64.json"
+
+    other_code = _tampered(archive, tmp_path, full, fingerprint="f" * 16)
+    proc = _restore(other_code, work, "--measured-with", str(measured_with), "--dry-run")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "1 of 2 cells restored" in proc.stdout and f"dropped 1: not measured at {HEAD}" in proc.stdout
+    assert cell_files(work) == {}  # a dry run writes nothing
+
+    write_config(work, {**CONFIG, "timing": {"warmup": 1, "reps": 3}})  # 2 timed calls made, 3 asked now
+    proc = _restore(archive, work, "--measured-with", str(measured_with))
+    assert "0 of 2 cells restored" in proc.stdout and "dropped 2: settings differ (reps)" in proc.stdout
+    write_config(work, {**CONFIG, "seed": 7})
+    proc = _restore(archive, work, "--measured-with", str(measured_with))
+    assert "0 of 2 cells restored" in proc.stdout and "dropped 2: settings differ (seed)" in proc.stdout
+    assert cell_files(work) == {}
+
+
+def test_a_missing_archive_is_named(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "restore_cells.py"), str(tmp_path / "no.tgz"),
+                           str(tmp_path / "run"), "--measured-at", "HEAD", "--config", "x.yaml", "--measured-with",
+                           "x.yaml"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "no.tgz: no such archive" in proc.stderr

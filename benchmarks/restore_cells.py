@@ -46,6 +46,7 @@ sys.path.insert(0, str(REPO))
 
 from longca import config as config_mod  # noqa: E402
 from longca.execution import fingerprint  # noqa: E402
+from longca.execution.atomic import write_json_atomic  # noqa: E402
 
 CELLS = "results/cells/kernels/"
 
@@ -162,11 +163,7 @@ def restore(args) -> dict:
             kept[path] = dict(row, fingerprint=now[kernel])
     if not args.dry_run:
         for path, row in kept.items():
-            out = args.workdir / path
-            out.parent.mkdir(parents=True, exist_ok=True)
-            tmp_out = out.with_suffix(".json.tmp")
-            tmp_out.write_text(json.dumps(row, sort_keys=True))
-            os.replace(tmp_out, out)
+            write_json_atomic(row, args.workdir / path)
         if kept:
             record_metadata(args, list(kept))
     return {"archive": len(rows), "kept": len(kept), "dropped": dict(dropped)}

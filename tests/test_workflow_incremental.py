@@ -143,3 +143,17 @@ def test_another_path_to_the_same_interpreter_reruns_nothing(clone):
         pytest.skip(f"no second name for {exe} in its folder")
     proc = subprocess.run([str(other), *command(clone, "-n", "all")[1:]], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-3000:]
+
+
+def test_a_changed_time_limit_reruns_no_cell(tmp_path):
+    """Limits are not part of any cell's key, a CP cell's (measured under a real torchrun) included."""
+    config = {**BASE, "kernels": ["sdpa"], "cp_strategies": ["ring"], "cp_sizes": [2], "cp_masks": ["full"],
+              "cp_tokens_per_rank": [64], "directions": ["fwd"]}
+    write_config(tmp_path, config)
+    cp_cell = "results/cells/cp/ring/full/float32_fwd_64x2.json"
+    proc = snakemake(tmp_path, cp_cell, SDPA)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads((tmp_path / cp_cell).read_text())["status"] == "ok"
+    write_config(tmp_path, {**config, "limits": {"cell_timeout_s": 300}})
+    proc = snakemake(tmp_path, "-n", cp_cell, SDPA)
+    assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-3000:]

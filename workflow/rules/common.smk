@@ -16,6 +16,7 @@ MASK_NAMES = [entry.name for entry in longca_config.mask_entries(CFG)]
 PYTHON = sys.executable
 # Isolation and limits reach run-cell as flags, not params: a limit is not part of any cache key.
 LIMIT_FLAGS = longca_config.cell_limits(CFG)
+CP_TIMEOUT_S = CFG["limits"]["cell_timeout_s"]  # the CP cell's limit, likewise no part of its key
 # GPU cells: one slot per device (longca.execution.gpu_slots picks the device; this only sizes the concurrency).
 # Under a cluster executor (SLURM) the jobs run on other machines: the submit host needs no GPU, and
 # `gpus` (default 1) is what each node offers a kernel cell job.

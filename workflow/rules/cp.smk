@@ -27,7 +27,6 @@ rule cp_cell:
     params:
         settings=cp_cell_settings,
         fingerprint=lambda wc: cached_cp_fingerprint(wc.strategy),
-        timeout=CFG["limits"]["cell_timeout_s"],
     threads: MEASURE_THREADS
     resources:
         **SLURM_RESOURCES,
@@ -41,6 +40,6 @@ rule cp_cell:
         mpi=lambda wc: "srun" if cp_cell_nodes(wc) > 1 else "",
     shell:
         "{PYTHON} -m longca cp-cell --settings {params.settings:q} --threads {threads} "
-        "--timeout {params.timeout} --fingerprint {params.fingerprint} "
+        "--timeout {CP_TIMEOUT_S} --fingerprint {params.fingerprint} "
         "--cell-id {wildcards.strategy}/{wildcards.mask}/{wildcards.dtype}_{wildcards.direction}_{wildcards.tokens}x{wildcards.cp_size} "
         "--out {output} 2> {log}"

@@ -302,10 +302,8 @@ def summarize(args, cfg: dict, state: dict, cells: list[dict]) -> str:
     if ratios:
         outside = sorted((c for c in cells if "ratio" in c and abs(c["ratio"] - 1) > FIDELITY),
                          key=lambda c: abs(c["ratio"] - 1), reverse=True)
-        lines += ["", f"ok in both: {len(ratios)}; workflow / bare TFLOPs/s: median {statistics.median(ratios):.3f}, "
-                      f"min {min(ratios):.3f}, max {max(ratios):.3f}; within ±{FIDELITY:.0%}: "
-                      f"{len(ratios) - len(outside)} of {len(ratios)}"]
-        lines += [fidelity_line(cells, "ratio_first_loop", "workflow / the bare first loop"),
+        lines += ["", f"ok in both: {len(ratios)}; " + fidelity_line(cells, "ratio", "workflow / bare TFLOPs/s"),
+                  fidelity_line(cells, "ratio_first_loop", "workflow / the bare first loop"),
                   fidelity_line(cells, "bare_loops_ratio", "the bare first loop / the bare second loop")]
         if outside:
             lines += ["", "| cell outside ±3 % | workflow TFLOPs/s | bare TFLOPs/s | ratio | bare 1st loop | reps | "

@@ -49,7 +49,7 @@ def main(argv=None) -> int:
             ap.error(f"{path}: no such file (a kernels.parquet of a run)")
     a, b = results.load(args.a), results.load(args.b)
     pairs = tables.device_ratios(a, b)
-    best = tables.best_kernel_ratios(a, b)
+    best = tables.best_kernel_ratios(pairs)
     masks = None
     if args.config:
         masks = [e.name for e in config_mod.mask_entries(config_mod.validate(config_mod.merge_files(args.config)))]

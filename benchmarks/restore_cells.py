@@ -99,10 +99,8 @@ def fingerprints_at(root: Path, kernels: list[str]) -> dict[str, str]:
 
 def changed_files(old_pkg: Path, kernel: str) -> list[str]:
     """The files of the kernel's current fingerprint whose code differs at COMMIT (relative to longca/)."""
-    from longca import kernels
-
-    files = list(fingerprint.MEASUREMENT_CODE) + [str(kernels.source_file(kernel).relative_to(fingerprint.PACKAGE))]
-    return [f for f in files if not same_code(old_pkg / f, fingerprint.PACKAGE / f)]
+    files = [path.resolve().relative_to(fingerprint.PACKAGE) for path in fingerprint.kernel_files(kernel)]
+    return [str(f) for f in files if not same_code(old_pkg / f, fingerprint.PACKAGE / f)]
 
 
 def settings_differ(row: dict, settings: dict, reps_then: int) -> str | None:

@@ -189,7 +189,7 @@ def test_device_ratio_heatmap_writes_each_ratio_and_a_dash_where_none(kernels):
     from longca.results import tables
 
     faster = kernels.assign(tflops=kernels["tflops"] * 1.25)
-    ratios = tables.best_kernel_ratios(kernels, faster)
+    ratios = tables.best_kernel_ratios(tables.device_ratios(kernels, faster))
     ratios = ratios[~((ratios["mask"] == "sliding") & (ratios["seqlen"] == 64))]  # a hole
     fig = plots.device_ratio_figure(ratios, "old", "new", masks=["sliding", "causal"])
     assert [ax.get_title() for ax in fig.axes if ax.get_title()] == ["new / old, fastest kernel — forward — bfloat16",

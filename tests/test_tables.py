@@ -361,9 +361,9 @@ def test_best_kernel_ratios_compare_the_fastest_kernel_among_those_both_measured
                ("k3", "causal", 1024, "fwd", 500.0))  # k3 only on a: it must not set a's best
     b = _cells(("k1", "causal", 1024, "fwd", 95.0), ("k2", "causal", 1024, "fwd", 120.0),
                ("k1", "causal", 2048, "fwd", 10.0))  # no 2K cell on a
-    best = tables.best_kernel_ratios(a, b)
+    best = tables.best_kernel_ratios(tables.device_ratios(a, b))
     assert len(best) == 1
     row = best.iloc[0]
     assert (row["kernel_a"], row["tflops_a"], row["kernel_b"], row["tflops_b"]) == ("k1", 100.0, "k2", 120.0)
     assert row["ratio"] == pytest.approx(1.2) and row["kernels"] == 2
-    assert tables.best_kernel_ratios(a, b.iloc[0:0]).empty
+    assert tables.best_kernel_ratios(tables.device_ratios(a, b.iloc[0:0])).empty

@@ -38,10 +38,15 @@ def files_fingerprint(paths) -> str:
     return h.hexdigest()[:16]
 
 
-def kernel_fingerprint(kernel: str) -> str:
+def kernel_files(kernel: str) -> list[Path]:
+    """The files a kernel cell's number depends on: the shared measurement code and its adapter."""
     from .. import kernels
 
-    return files_fingerprint([PACKAGE / p for p in MEASUREMENT_CODE] + [kernels.source_file(kernel)])
+    return [PACKAGE / p for p in MEASUREMENT_CODE] + [kernels.source_file(kernel)]
+
+
+def kernel_fingerprint(kernel: str) -> str:
+    return files_fingerprint(kernel_files(kernel))
 
 
 def cp_fingerprint(strategy: str, local_kernel: str | None = None) -> str:

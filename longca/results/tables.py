@@ -238,11 +238,10 @@ def device_ratios(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def best_kernel_ratios(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    """Per mask, length, direction and dtype: the fastest kernel on each machine and ``ratio`` (b's best
-    over a's best), among the kernels measured ok on both, so a kernel missing on one side (not run,
-    not installed) does not make the other look faster."""
-    pairs = device_ratios(a, b)
+def best_kernel_ratios(pairs: pd.DataFrame) -> pd.DataFrame:
+    """From ``device_ratios``: per mask, length, direction and dtype, the fastest kernel on each
+    machine and ``ratio`` (b's best over a's best), among the kernels measured ok on both, so a kernel
+    missing on one side (not run, not installed) does not make the other look faster."""
     keys = ["mask", "seqlen", "direction", "dtype"]
     rows = []
     for key, group in pairs.groupby(keys, sort=False):

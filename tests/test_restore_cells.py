@@ -49,10 +49,11 @@ def archive(tmp_path_factory):
 
 
 def _restore(archive, workdir, *extra):
+    """The run directory named relative to where the command runs, as in docs/results/README.md."""
     config = workdir / "config.yaml"
-    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "restore_cells.py"), str(archive), str(workdir),
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "restore_cells.py"), str(archive), workdir.name,
                            "--measured-at", HEAD, "--config", str(config), *extra],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, cwd=workdir.parent)
 
 
 @pytest.mark.slow
@@ -63,6 +64,7 @@ def test_restored_cells_are_not_measured_again_and_rerun_when_their_settings_cha
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "2 of 2 cells restored" in proc.stdout
     assert set(cell_files(work)) == CELLS
+    assert not (work / work.name).exists()  # Snakemake's record is the run directory's, not a nested one's
     with tarfile.open(archive) as tar:
         for cell in CELLS:
             assert json.loads((work / cell).read_text()) == json.load(tar.extractfile(cell))

@@ -26,8 +26,10 @@ on just those cells: ``--retests N`` (default 2) measurements per side in the or
 workflow, bare, ... (a linear drift cancels), the workflow side again through ``snakemake`` on the
 cells' files, the bare side again through ``bare_cell``.  A cell's retest ratio is the median of its
 workflow figures over the median of its bare figures.  The first pass's figures stay what they were
-(the tables report both), and the retests take no part in the wall times.  Each Snakemake invocation pays its own start-up (parsing, the DAG),
-which one whole-grid run would pay once: the workflow's wall time here is, if anything, high.
+(the tables report both), and the retests take no part in the wall times.
+
+Each Snakemake invocation pays its own start-up (parsing, the DAG), which one whole-grid run would
+pay once: the workflow's wall time here is, if anything, high.
 
 State lives in ``--work``: running the same command again continues with the chunks not yet done
 (a chunk cut off by the budget is measured again from scratch, both ways).  Written to OUTDIR
@@ -386,8 +388,9 @@ def summarize(args, cfg: dict, state: dict, cells: list[dict]) -> str:
                       f"ok cells within ±{FIDELITY:.0%}, first pass or interleaved retest: "
                       f"{len(ratios) - len(outside) + settled} of {len(ratios)}"]
         if outside:
-            lines += ["", f"| cell outside ±{FIDELITY:.0%} | workflow TFLOPs/s | bare TFLOPs/s | ratio | bare 1st loop | reps | "
-                          "warm-up calls (steady) | retest ratio |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+            lines += ["", f"| cell outside ±{FIDELITY:.0%} | workflow TFLOPs/s | bare TFLOPs/s | ratio | bare 1st loop "
+                          "| reps | warm-up calls (steady) | retest ratio |",
+                      "| --- | --- | --- | --- | --- | --- | --- | --- |"]
             lines += [f"| {c['cell']} | {c['workflow_tflops']:.1f} | {c['bare_tflops']:.1f} | {c['ratio']:.3f} | "
                       f"{c['bare_first_loop_tflops']:.1f} | {c['workflow_reps']} | "
                       f"{c['workflow_warmup_calls']} ({c['workflow_warmup_steady']}) | "

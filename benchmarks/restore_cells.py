@@ -172,8 +172,9 @@ def record_metadata(args, paths: list[str]) -> None:
     touching them: nothing runs, and a later change to their code or settings reruns them."""
     configs = [str(Path(c).resolve()) for c in args.config]
     # Targets first: --configfile takes every word after it.
-    cmd = [sys.executable, "-m", "snakemake", *paths, "-s", str(REPO / "Snakefile"), "--directory",
-           str(args.workdir.resolve()), "--cores", "1", "--touch", "--forcerun", "kernel_cell", "--configfile", *configs]
+    cmd = [sys.executable, "-m", "snakemake", *paths, "-s", str(REPO / "Snakefile"),
+           "--directory", str(args.workdir.resolve()), "--cores", "1", "--touch", "--forcerun", "kernel_cell",
+           "--configfile", *configs]
     # Touching runs nothing, so it needs no GPU; the workflow still refuses device: cuda where it sees
     # none, so a CPU machine restoring a GPU run's cells names one.
     env = dict(os.environ)

@@ -1,7 +1,7 @@
 """The workflow against a bare in-process loop, on one GPU: wall times and per-cell fidelity.
 
     python benchmarks/bench_pipeline.py OUTDIR --budget-s 540 [--work DIR] [--kernels ...]
-        [--seqlens ...] [--configfile config/gpu.yaml] [--cores 8]
+        [--seqlens ...] [--configfile config/gpu.yaml] [--cores 8] [--retests 2]
 
 The grid (default: config/gpu.yaml's 14 masks, 1K-32K, forward and backward, and every kernel of
 the config that is installed here) is cut into chunks, one per sequence length.  Each chunk is

@@ -1,7 +1,7 @@
 """The workflow against a bare in-process loop, on one GPU: wall times and per-cell fidelity.
 
     python benchmarks/bench_pipeline.py OUTDIR --budget-s 540 [--work DIR] [--kernels ...]
-        [--seqlens ...] [--configfile config/gpu.yaml] [--cores 8] [--retests 2]
+        [--seqlens ...] [--configfile config/gpu.yaml] [--cores 8] [--retests 2] [--fresh-processes]
 
 The grid (default: config/gpu.yaml's 14 masks, 1K-32K, forward and backward, and every kernel of
 the config that is installed here) is cut into chunks, one per sequence length.  Each chunk is
@@ -26,7 +26,12 @@ on just those cells: ``--retests N`` (default 2) measurements per side in the or
 workflow, bare, ... (a linear drift cancels), the workflow side again through ``snakemake`` on the
 cells' files, the bare side again through ``bare_cell``.  A cell's retest ratio is the median of its
 workflow figures over the median of its bare figures.  The first pass's figures stay what they were
-(the tables report both), and the retests take no part in the wall times.
+(the tables report both), and the retests take no part in the wall times.  With
+``--fresh-processes`` each retest measurement of a side runs in a process of its own: a new
+workflow lane (a ``LONGCA_`` variable of the round's own names a new lane) and a new bare process
+(``bench_pipeline.py --bare-only``), both with their side's on-disk compile caches; so a difference
+that follows one process's state (where its buffers sit, what it compiled) shows as a spread
+between rounds, and one that follows the way of timing does not.
 
 Each Snakemake invocation pays its own start-up (parsing, the DAG), which one whole-grid run would
 pay once: the workflow's wall time here is, if anything, high.
@@ -91,6 +96,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--cores", type=int, default=8)
     p.add_argument("--retests", type=int, default=2,
                    help="measurements per side when re-measuring the cells outside ±3 %% interleaved (0: none)")
+    p.add_argument("--fresh-processes", action="store_true",
+                   help="each retest measurement in a process of its own (a new lane, a new bare process)")
     return p.parse_args(argv)
 
 
@@ -117,13 +124,15 @@ def chunk_cells(cfg: dict, seqlen: int) -> list:
 
 # ---------------------------------------------------------------- the two ways of measuring
 
-def run_workflow(args, overrides_path: Path, cells, timeout_s: float) -> tuple[float, int]:
+def run_workflow(args, overrides_path: Path, cells, timeout_s: float,
+                 lane_env: dict[str, str] | None = None) -> tuple[float, int]:
     # Targets first: --configfile and --resources take every word after them.
     cmd = [sys.executable, "-m", "snakemake", *[c.path for c in cells], "-s", str(REPO / "Snakefile"),
            "--directory", str(args.work), "--cores", str(args.cores),
            "--configfile", str(args.configfile), str(overrides_path), "--resources", "gpu=1"]
     env = dict(os.environ, LONGCA_WORKER_IDLE_S="900", **compile_caches(args.work, "workflow"))  # lanes
     # live through the bare chunks (one run); compile caches of their own (see compile_caches)
+    env.update(lane_env or {})
     started = time.perf_counter()
     with open(args.work / "snakemake.log", "a") as log:
         log.write(f"\n=== {' '.join(cmd[:6])} ... ({len(cells)} targets)\n")
@@ -182,6 +191,27 @@ def bare_loop(call, problem, spec) -> float:
     return timing.measure(call, device=problem.device, warmup=spec.warmup, reps=spec.reps).median_ms
 
 
+def run_bare_fresh(args, overrides_path: Path, cells) -> dict:
+    """``run_bare`` in a new process (``--bare-only``): no import, compiled kernel or buffer of this
+    one carries over; the on-disk compile caches of the bare side do, as a new lane's do."""
+    out = args.work / "bare_only.json"
+    out.unlink(missing_ok=True)
+    subprocess.run([sys.executable, __file__, "--bare-only", str(out), str(args.configfile), str(overrides_path),
+                    *[c.path for c in cells]], env=dict(os.environ, **compile_caches(args.work, "bare")), check=False)
+    rows = json.loads(out.read_text()) if out.exists() else {}
+    return {c.path: rows.get(c.path, {"status": "missing"}) for c in cells}
+
+
+def bare_only(argv: list[str]) -> int:
+    """``--bare-only OUT.json CONFIGFILE OVERRIDES CELL_PATH...``: the bare loop over those cells, rows to OUT."""
+    out, configfile, overrides, *paths = argv
+    cfg = longca_config.validate(longca_config.merge_files([Path(configfile), Path(overrides)]))
+    by_path = {c.path: c for c in longca_config.kernel_cells(cfg)}
+    rows = run_bare(cfg, [by_path[p] for p in paths])[2]
+    Path(out).write_text(json.dumps(rows))
+    return 0
+
+
 def compile_caches(work: Path, side: str) -> dict[str, str]:
     """On-disk compile caches (Inductor, Triton, CuTe DSL) of one side: whichever side measures a
     chunk second would otherwise find the other's compiled kernels on disk and skip compiling (seen
@@ -235,15 +265,21 @@ def retest_misses(args, cfg: dict, overrides_path: Path, state: dict, deadline: 
                   f"{deadline - time.monotonic():.0f} s left")
             continue
         cells = [by_path[p] for p in paths]
-        figures = {p: {"order": [], "workflow": [], "bare": [], "bare_first": []} for p in paths}
+        figures = {p: {"order": [], "workflow": [], "bare": [], "bare_first": [],
+                       "fresh_processes": args.fresh_processes} for p in paths}
         for i in range(args.retests):
             for side in (("bare", "workflow") if i % 2 == 0 else ("workflow", "bare")):
                 t0 = time.time()
                 if side == "workflow":
                     for c in cells:  # a missing file is what makes Snakemake measure the cell again
                         (args.work / c.path).unlink(missing_ok=True)
-                    run_workflow(args, overrides_path, cells, max(deadline - time.monotonic(), 1))
+                    # A new lane per round, short-lived: it is used by this one invocation.
+                    lane = ({"LONGCA_BENCH_RETEST_LANE": f"{seqlen}-{i}", "LONGCA_WORKER_IDLE_S": "30"}
+                            if args.fresh_processes else None)
+                    run_workflow(args, overrides_path, cells, max(deadline - time.monotonic(), 1), lane)
                     rows = {p: workflow_row(args.work, p) for p in paths}
+                elif args.fresh_processes:
+                    rows = run_bare_fresh(args, overrides_path, cells)
                 else:
                     rows = run_bare(cfg, cells)[2]
                 state["phases"].append({"phase": f"retest-{side}", "start": t0, "end": time.time()})
@@ -384,7 +420,9 @@ def summarize(args, cfg: dict, state: dict, cells: list[dict]) -> str:
             settled = sum(abs(c["retest_ratio"] - 1) <= FIDELITY for c in retested)
             lines += [fidelity_line(retested, "retest_ratio",
                                     f"the {len(retested)} of {len(outside)} cells outside ±{FIDELITY:.0%} retested "
-                                    f"interleaved ({args.retests} per side), median workflow / median bare"),
+                                    f"interleaved ({args.retests} per side"
+                                    f"{', each in a fresh process' if args.fresh_processes else ''}), "
+                                    "median workflow / median bare"),
                       f"ok cells within ±{FIDELITY:.0%}, first pass or interleaved retest: "
                       f"{len(ratios) - len(outside) + settled} of {len(ratios)}"]
         if outside:
@@ -427,6 +465,9 @@ def environment(outdir: Path) -> None:
 # ---------------------------------------------------------------- main
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--bare-only"]:
+        return bare_only(argv[1:])
     args = parse_args(argv)
     start = time.monotonic()
     args.work.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,8 @@ the cells outside the fidelity band, through the real Snakemake (the GPU figures
 
 import importlib.util
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ SPEC.loader.exec_module(bench_pipeline)
 TINY = {"device": "cpu", "threads": 1, "kernels": ["sdpa", "sdpa_math"], "masks": ["full", "causal"],
         "seqlens": [64, 128], "directions": ["fwd"], "dtypes": ["float32"], "batch": 1, "heads_q": 2,
         "heads_kv": 1, "head_dim": 16, "seed": 0, "gate_seqlen": 64, "timing": {"warmup": 1, "reps": 3},
-        "cp_strategies": []}
+        "cp_strategies": [], "isolation": "resident"}  # the GPU default, on the CPU lane
 
 
 def test_next_chunk_prediction_grows_with_the_last_two_chunks():
@@ -26,8 +28,23 @@ def test_next_chunk_prediction_grows_with_the_last_two_chunks():
     assert bench_pipeline.next_chunk_s([10.0, 17.0]) == pytest.approx(17.0 * 1.7 ** 2)
 
 
+@pytest.fixture
+def runtime_tmp(monkeypatch):
+    """A runtime dir of the test's own for the lanes (short: Unix socket paths are limited)."""
+    path = tempfile.mkdtemp(prefix="lc", dir="/tmp")
+    monkeypatch.setenv("TMPDIR", path)
+    yield Path(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def lanes_started(runtime: Path) -> int:
+    return len(list(runtime.rglob("*-lane-*.log")))
+
+
 @pytest.mark.slow
-def test_every_cell_is_measured_both_ways_and_the_misses_again_interleaved(tmp_path, monkeypatch):
+@pytest.mark.parametrize("fresh", [False, True], ids=["one-lane", "fresh-processes"])
+def test_every_cell_is_measured_both_ways_and_the_misses_again_interleaved(tmp_path, monkeypatch, runtime_tmp,
+                                                                           fresh):
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(TINY))
     for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "CUTE_DSL_CACHE_DIR"):
@@ -35,8 +52,11 @@ def test_every_cell_is_measured_both_ways_and_the_misses_again_interleaved(tmp_p
     # A band of zero puts every ok cell outside it, so every one is retested.
     monkeypatch.setattr(bench_pipeline, "FIDELITY", 0.0)
     out, work = tmp_path / "out", tmp_path / "work"
+    extra = ["--fresh-processes"] if fresh else []
     assert bench_pipeline.main([str(out), "--budget-s", "900", "--work", str(work), "--configfile", str(config),
-                                "--cores", "2"]) == 0
+                                "--cores", "2", *extra]) == 0
+    # The first pass and a plain retest share one lane; fresh processes add one per length and round.
+    assert lanes_started(runtime_tmp) == (1 + 2 * 2 if fresh else 1)
 
     chunks = [json.loads(line) for line in (out / "pipeline_chunks.jsonl").read_text().splitlines()]
     assert [c["seqlen"] for c in chunks] == [64, 128]
@@ -50,6 +70,7 @@ def test_every_cell_is_measured_both_ways_and_the_misses_again_interleaved(tmp_p
     assert set(retests) == {c["cell"] for c in cells}
     for r in retests.values():
         assert r["order"] == ["bare", "workflow", "workflow", "bare"]
+        assert r["fresh_processes"] is fresh
         assert len(r["workflow"]) == len(r["bare"]) == len(r["bare_first"]) == 2
     # The first pass's workflow figure is kept although the retest rewrote the cell's file.
     for c in cells:
@@ -59,11 +80,12 @@ def test_every_cell_is_measured_both_ways_and_the_misses_again_interleaved(tmp_p
 
     summary = (out / "summary.md").read_text()
     assert "| all | 8 |" in summary
-    assert "retested interleaved (2 per side)" in summary
+    assert ("retested interleaved (2 per side, each in a fresh process)" if fresh
+            else "retested interleaved (2 per side)") in summary
     assert "ok cells within ±0%, first pass or interleaved retest:" in summary
 
     # Running it again continues: nothing is left to measure or retest.
     before = (out / "pipeline_retests.jsonl").read_text()
     assert bench_pipeline.main([str(out), "--budget-s", "900", "--work", str(work), "--configfile", str(config),
-                                "--cores", "2"]) == 0
+                                "--cores", "2", *extra]) == 0
     assert (out / "pipeline_retests.jsonl").read_text() == before

@@ -171,7 +171,9 @@ def record_metadata(args, paths: list[str]) -> None:
     """Snakemake's record of the restored cells (their params: settings and fingerprint), made by
     touching them: nothing runs, and a later change to their code or settings reruns them."""
     configs = [str(Path(c).resolve()) for c in args.config]
-    # Targets first: --configfile takes every word after it.
+    # Targets first: --configfile takes every word after it.  The directory absolute: a relative one
+    # would be taken from the cwd given below, a run directory nested in itself, whose record a
+    # later run in the real one never sees.
     cmd = [sys.executable, "-m", "snakemake", *paths, "-s", str(REPO / "Snakefile"),
            "--directory", str(args.workdir.resolve()), "--cores", "1", "--touch", "--forcerun", "kernel_cell",
            "--configfile", *configs]
@@ -179,8 +181,6 @@ def record_metadata(args, paths: list[str]) -> None:
     # none, so a CPU machine restoring a GPU run's cells names one.
     env = dict(os.environ)
     env.setdefault("CUDA_VISIBLE_DEVICES", "0")
-    # Absolute: a relative --directory would be taken from the cwd given here, a run directory nested
-    # in itself, whose record a later run in the real one never sees.
     proc = subprocess.run(cmd, cwd=args.workdir, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"snakemake --touch failed ({proc.returncode}): the rows are written, Snakemake's "

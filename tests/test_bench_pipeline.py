@@ -4,6 +4,7 @@ the cells outside the fidelity band, through the real Snakemake (the GPU figures
 import importlib.util
 import json
 import shutil
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -77,12 +78,19 @@ def test_every_cell_is_measured_both_ways_and_the_misses_again_interleaved(tmp_p
         row = json.loads((work / f"results/cells/kernels/{c['cell']}.json").read_text())
         assert row["tflops"] == retests[c["cell"]]["workflow"][-1]
         assert c["retest_ratio"] > 0 and c["workflow_tflops"] != row["tflops"]
+        r = retests[c["cell"]]
+        wf = statistics.median(r["workflow"])
+        low, high = sorted((statistics.median(r["bare"]), statistics.median(r["bare_first"])))
+        # Zero inside the two bare loops' range, else the distance to its nearer end.
+        off = c["retest_off_range"]
+        assert off == 0 if low <= wf <= high else off == pytest.approx(wf / (high if wf > high else low) - 1)
 
     summary = (out / "summary.md").read_text()
     assert "| all | 8 |" in summary
     assert ("retested interleaved (2 per side, each in a fresh process)" if fresh
             else "retested interleaved (2 per side)") in summary
     assert "ok cells within ±0%, first pass or interleaved retest:" in summary
+    assert "retested cells within ±0% of the range of the two bare loops:" in summary
 
     # Running it again continues: nothing is left to measure or retest.
     before = (out / "pipeline_retests.jsonl").read_text()

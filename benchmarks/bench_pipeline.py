@@ -193,11 +193,12 @@ def bare_loop(call, problem, spec) -> float:
 
 def run_bare_fresh(args, overrides_path: Path, cells) -> dict:
     """``run_bare`` in a new process (``--bare-only``): no import, compiled kernel or buffer of this
-    one carries over; the on-disk compile caches of the bare side do, as a new lane's do."""
+    one carries over; the on-disk compile caches of the bare side do (main() put them in this
+    process's environment, which the new one inherits), as a new lane's do."""
     out = args.work / "bare_only.json"
     out.unlink(missing_ok=True)
     subprocess.run([sys.executable, __file__, "--bare-only", str(out), str(args.configfile), str(overrides_path),
-                    *[c.path for c in cells]], env=dict(os.environ, **compile_caches(args.work, "bare")), check=False)
+                    *[c.path for c in cells]])
     rows = json.loads(out.read_text()) if out.exists() else {}
     return {c.path: rows.get(c.path, {"status": "missing"}) for c in cells}
 

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_pipeline.py OUTDIR --budget-s 540 [--work DIR] [--kernels ...]
         [--seqlens ...] [--configfile config/gpu.yaml] [--cores 8] [--retests 2] [--fresh-processes]
+        [--retest-cells CELL ...] [--bare-harness]
 
 The grid (default: config/gpu.yaml's 14 masks, 1K-32K, forward and backward, and every kernel of
 the config that is installed here) is cut into chunks, one per sequence length.  Each chunk is
@@ -31,7 +32,11 @@ workflow figures over the median of its bare figures.  The first pass's figures 
 workflow lane (a ``LONGCA_`` variable of the round's own names a new lane) and a new bare process
 (``bench_pipeline.py --bare-only``), both with their side's on-disk compile caches; so a difference
 that follows one process's state (where its buffers sit, what it compiled) shows as a spread
-between rounds, and one that follows the way of timing does not.
+between rounds, and one that follows the way of timing does not.  ``--bare-harness`` adds the
+third figure that separates the two: the bare process also times each call with the workflow's own
+timing (after its do_bench loops), so workflow / bare-harness compares processes timed alike and
+bare-harness / bare compares ways of timing in one process.  ``--retest-cells`` skips the first pass
+and measures just the named cells that way.
 
 Each Snakemake invocation pays its own start-up (parsing, the DAG), which one whole-grid run would
 pay once: the workflow's wall time here is, if anything, high.
@@ -98,6 +103,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="measurements per side when re-measuring the cells outside ±3 %% interleaved (0: none)")
     p.add_argument("--fresh-processes", action="store_true",
                    help="each retest measurement in a process of its own (a new lane, a new bare process)")
+    p.add_argument("--retest-cells", nargs="*", default=None, metavar="CELL",
+                   help="no first pass: measure just these cells (kernel/mask/dtype_dir_seqlen, as the tables name "
+                        "them) interleaved, --retests times per side")
+    p.add_argument("--bare-harness", action="store_true",
+                   help="the bare process also times each call with the workflow's own timing, after its two "
+                        "do_bench loops: the same way of timing in the other process")
     return p.parse_args(argv)
 
 
@@ -144,8 +155,12 @@ def run_workflow(args, overrides_path: Path, cells, timeout_s: float,
     return time.perf_counter() - started, code
 
 
-def bare_cell(spec) -> dict:
-    """One cell the way a hand-written loop measures it: adapter, gate, do_bench on the same call."""
+def bare_cell(spec, harness: bool = False) -> dict:
+    """One cell the way a hand-written loop measures it: adapter, gate, do_bench on the same call.
+
+    ``harness``: after the two do_bench loops, the same call timed once more by the workflow's own
+    ``timing.measure`` with the cell's settings (``harness_tflops``): the workflow's way of timing in
+    this process, to tell a gap that follows the process from one that follows the way of timing."""
     import torch
 
     from longca import kernels
@@ -166,9 +181,16 @@ def bare_cell(spec) -> dict:
             started = time.perf_counter()
             ms = bare_loop(call, problem, spec)
             second_loop_s = time.perf_counter() - started
+            started = time.perf_counter()
+            harness_ms = harness_loop(call, problem, spec) if harness else None
+            harness_s = time.perf_counter() - started
         flops = attention_flops(problem.mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch)
-        return {"status": "ok", "median_ms": ms, "tflops": flops / (ms * 1e-3) / 1e12,
-                "first_loop_tflops": flops / (first_ms * 1e-3) / 1e12, "second_loop_s": second_loop_s, **facts}
+        tflops = lambda t: flops / (t * 1e-3) / 1e12  # noqa: E731
+        row = {"status": "ok", "median_ms": ms, "tflops": tflops(ms), "first_loop_tflops": tflops(first_ms),
+               "second_loop_s": second_loop_s + harness_s, **facts}
+        if harness_ms is not None:
+            row["harness_tflops"] = tflops(harness_ms)
+        return row
     except Exception as exc:  # noqa: BLE001
         unsupported = getattr(kernels.base, "Unsupported", ())
         status = ("unsupported" if unsupported and isinstance(exc, unsupported)
@@ -191,6 +213,16 @@ def bare_loop(call, problem, spec) -> float:
     return timing.measure(call, device=problem.device, warmup=spec.warmup, reps=spec.reps).median_ms
 
 
+def harness_loop(call, problem, spec) -> float:
+    """The workflow's own timing of the call (``longca.execution.timing.measure``, the cell's
+    settings): its median, in ms."""
+    from longca.execution import timing
+
+    return timing.measure(call, device=problem.device, warmup=spec.warmup, reps=spec.reps,
+                          warmup_ms=spec.warmup_ms, warmup_max_ms=spec.warmup_max_ms,
+                          rep_ms=spec.rep_ms).median_ms
+
+
 def run_bare_fresh(args, overrides_path: Path, cells) -> dict:
     """``run_bare`` in a new process (``--bare-only``): no import, compiled kernel or buffer of this
     one carries over; the on-disk compile caches of the bare side do (main() put them in this
@@ -198,17 +230,18 @@ def run_bare_fresh(args, overrides_path: Path, cells) -> dict:
     out = args.work / "bare_only.json"
     out.unlink(missing_ok=True)
     subprocess.run([sys.executable, __file__, "--bare-only", str(out), str(args.configfile), str(overrides_path),
-                    *[c.path for c in cells]])
+                    "--harness" if args.bare_harness else "--no-harness", *[c.path for c in cells]])
     rows = json.loads(out.read_text()) if out.exists() else {}
     return {c.path: rows.get(c.path, {"status": "missing"}) for c in cells}
 
 
 def bare_only(argv: list[str]) -> int:
-    """``--bare-only OUT.json CONFIGFILE OVERRIDES CELL_PATH...``: the bare loop over those cells, rows to OUT."""
-    out, configfile, overrides, *paths = argv
+    """``--bare-only OUT.json CONFIGFILE OVERRIDES --harness|--no-harness CELL_PATH...``: the bare
+    loop over those cells, rows to OUT."""
+    out, configfile, overrides, harness, *paths = argv
     cfg = longca_config.validate(longca_config.merge_files([Path(configfile), Path(overrides)]))
     by_path = {c.path: c for c in longca_config.kernel_cells(cfg)}
-    rows = run_bare(cfg, [by_path[p] for p in paths])[2]
+    rows = run_bare(cfg, [by_path[p] for p in paths], harness == "--harness")[2]
     Path(out).write_text(json.dumps(rows))
     return 0
 
@@ -222,7 +255,7 @@ def compile_caches(work: Path, side: str) -> dict[str, str]:
             "CUTE_DSL_CACHE_DIR": str(root / "cute")}
 
 
-def run_bare(cfg: dict, cells) -> tuple[float, float, dict]:
+def run_bare(cfg: dict, cells, harness: bool = False) -> tuple[float, float, dict]:
     """The bare loop over ``cells``: (its wall time as a one-pass loop, the second loops' time, rows)."""
     from longca.execution.cell import CellSpec
 
@@ -230,7 +263,7 @@ def run_bare(cfg: dict, cells) -> tuple[float, float, dict]:
     rows = {}
     for c in cells:
         spec = CellSpec.from_dict(longca_config.cell_settings(cfg, c.kernel, c.mask, c.seqlen, c.direction, c.dtype))
-        rows[c.path] = bare_cell(spec)
+        rows[c.path] = bare_cell(spec, harness)
     # A one-pass loop would not make the second do_bench loop: its time is not the bare side's.
     extra = sum(r.get("second_loop_s", 0.0) for r in rows.values())
     return time.perf_counter() - started - extra, extra, rows
@@ -253,20 +286,39 @@ def retest_misses(args, cfg: dict, overrides_path: Path, state: dict, deadline: 
     those cells (bare, workflow, workflow, bare, ...), one length at a time, shortest first, as long
     as the budget allows: the module's docstring says why."""
     by_path = {c.path: c for c in longca_config.kernel_cells(cfg)}
+    paths = [p for p in state["cells"] if p not in state["retests"] and p in by_path and outside_fidelity(state, p)]
+    retest(args, cfg, overrides_path, state, paths, deadline)
+
+
+def named_cells(cfg: dict, names: list[str]) -> list[str]:
+    """The cell files of ``--retest-cells``; a name that is no cell of the grid stops the run, naming it."""
+    by_name = {cell_name(c.path): c.path for c in longca_config.kernel_cells(cfg)}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise SystemExit(f"--retest-cells: not cells of this grid: {', '.join(unknown)} "
+                         f"(names look like {next(iter(by_name), 'kernel/mask/bfloat16_fwd_4096')})")
+    return [by_name[n] for n in names]
+
+
+def retest(args, cfg: dict, overrides_path: Path, state: dict, paths: list[str], deadline: float,
+           by_length: bool = True) -> None:
+    """``paths`` measured with the two sides interleaved, ``--retests`` times per side: one length at
+    a time, shortest first (``by_length``; a budget cut loses the longest), or all in one go (one
+    Snakemake start-up and one import of the kernel libraries per measurement, not one per length)."""
+    by_path = {c.path: c for c in longca_config.kernel_cells(cfg)}
     by_seqlen: dict[int, list[str]] = {}
-    for path in state["cells"]:
-        if path not in state["retests"] and path in by_path and outside_fidelity(state, path):
-            by_seqlen.setdefault(by_path[path].seqlen, []).append(path)
+    for path in paths:
+        by_seqlen.setdefault(by_path[path].seqlen if by_length else 0, []).append(path)
     for seqlen, paths in sorted(by_seqlen.items()):
         # Each measurement of a side costs about what the workflow's first pass took per cell (its
         # warm-up and timing; compiled kernels are cached by now), plus one Snakemake start-up.
-        cost = args.retests * (2.2 * sum(state["workflow_rows"][p].get("wall_s") or 1.0 for p in paths) + 15)
+        cost = args.retests * (2.2 * sum(state["workflow_rows"].get(p, {}).get("wall_s") or 1.0 for p in paths) + 15)
         if time.monotonic() + cost > deadline:
             print(f"retest: {len(paths)} cells at {seqlen} skipped, ~{cost:.0f} s needed, "
                   f"{deadline - time.monotonic():.0f} s left")
             continue
         cells = [by_path[p] for p in paths]
-        figures = {p: {"order": [], "workflow": [], "bare": [], "bare_first": [],
+        figures = {p: {"order": [], "workflow": [], "bare": [], "bare_first": [], "bare_harness": [],
                        "fresh_processes": args.fresh_processes} for p in paths}
         for i in range(args.retests):
             for side in (("bare", "workflow") if i % 2 == 0 else ("workflow", "bare")):
@@ -282,7 +334,7 @@ def retest_misses(args, cfg: dict, overrides_path: Path, state: dict, deadline: 
                 elif args.fresh_processes:
                     rows = run_bare_fresh(args, overrides_path, cells)
                 else:
-                    rows = run_bare(cfg, cells)[2]
+                    rows = run_bare(cfg, cells, args.bare_harness)[2]
                 state["phases"].append({"phase": f"retest-{side}", "start": t0, "end": time.time()})
                 for p, row in rows.items():
                     figures[p]["order"].append(side)
@@ -290,9 +342,11 @@ def retest_misses(args, cfg: dict, overrides_path: Path, state: dict, deadline: 
                         figures[p][side].append(row["tflops"])
                         if side == "bare":
                             figures[p]["bare_first"].append(row["first_loop_tflops"])
+                            if "harness_tflops" in row:
+                                figures[p]["bare_harness"].append(row["harness_tflops"])
         state["retests"].update(figures)
         save_state(args.work, state)
-        print(f"retest: {len(paths)} cells at {seqlen} measured again, {args.retests} times per side", flush=True)
+        print(f"retest: {len(paths)} cells at {seqlen or 'their lengths'} measured again, {args.retests} times per side", flush=True)
 
 
 # ---------------------------------------------------------------- bookkeeping
@@ -442,12 +496,34 @@ def summarize(args, cfg: dict, state: dict, cells: list[dict]) -> str:
                       f"{c['bare_first_loop_tflops']:.1f} | {c['workflow_reps']} | "
                       f"{c['workflow_warmup_calls']} ({c['workflow_warmup_steady']}) | "
                       f"{format(c['retest_ratio'], '.3f') if 'retest_ratio' in c else ''} |" for c in outside[:60]]
+    lines += retest_table(state["retests"])
     wf_util = utilisation(args.outdir / "gpu_util.csv", state["phases"], "workflow")
     bare_util = utilisation(args.outdir / "gpu_util.csv", state["phases"], "bare")
     if wf_util is not None:
         lines += ["", f"GPU utilisation >= 50 % in {wf_util:.0%} of the 0.5 s samples during the workflow, "
                       f"{bare_util:.0%} during the bare loop"]
     return "\n".join(lines) + "\n"
+
+
+def retest_table(retests: dict) -> list[str]:
+    """Every retested cell's figures, side by side: the workflow (its lane), the bare process's two
+    do_bench loops and, with --bare-harness, the workflow's timing in the bare process.  Workflow /
+    bare harness compares two processes timed the same way; bare harness / bare do_bench, two ways
+    of timing in one process."""
+    if not retests:
+        return []
+    med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
+    ratio = lambda a, b: f"{a / b:.3f}" if a and b else ""  # noqa: E731
+    each = lambda xs: ", ".join(f"{x:.0f}" for x in xs)  # noqa: E731
+    lines = ["", "| retested cell | workflow TFLOPs/s | bare do_bench (2nd loop) | bare do_bench (1st loop) "
+                 "| bare, workflow's timing | workflow / bare | workflow / bare, workflow's timing "
+                 "| bare: workflow's timing / do_bench |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for path, r in retests.items():
+        wf, bare, harness = med(r["workflow"]), med(r["bare"]), med(r.get("bare_harness", []))
+        lines.append(f"| {cell_name(path)} | {each(r['workflow'])} | {each(r['bare'])} | {each(r['bare_first'])} "
+                     f"| {each(r.get('bare_harness', []))} | {ratio(wf, bare)} | {ratio(wf, harness)} "
+                     f"| {ratio(harness, bare)} |")
+    return lines
 
 
 def fidelity_line(cells: list[dict], key: str, what: str) -> str:
@@ -488,12 +564,13 @@ def main(argv=None) -> int:
     overrides_path.write_text(yaml.safe_dump(overrides))
     (args.outdir / "overrides.yaml").write_text(yaml.safe_dump(overrides))
     cfg = longca_config.validate(longca_config.merge_files([args.configfile, overrides_path]))
+    retest_paths = named_cells(cfg, args.retest_cells) if args.retest_cells else None  # before any work
     state = load_state(args.work)
     done = {c["seqlen"] for c in state["chunks"]}
     sampler = GpuSampler(args.outdir / "gpu_util.csv")
     chunk_s: list[float] = []  # this invocation's chunks (a new process compiles anew: no earlier ones)
     try:
-        for i, seqlen in enumerate(cfg["seqlens"]):
+        for i, seqlen in enumerate([] if args.retest_cells else cfg["seqlens"]):
             if seqlen in done:
                 continue
             left = args.budget_s - (time.monotonic() - start)
@@ -529,7 +606,9 @@ def main(argv=None) -> int:
             print(f"seqlen {seqlen}: {len(cells)} cells, workflow {chunk['workflow_s']:.1f} s, "
                   f"bare {chunk['bare_s']:.1f} s", flush=True)
             write_outputs(args, cfg, state)
-        if args.retests > 0:
+        if retest_paths:
+            retest(args, cfg, overrides_path, state, retest_paths, start + args.budget_s, by_length=False)
+        elif args.retests > 0:
             retest_misses(args, cfg, overrides_path, state, start + args.budget_s)
     finally:
         sampler.stop()

@@ -97,3 +97,36 @@ def test_every_cell_is_measured_both_ways_and_the_misses_again_interleaved(tmp_p
     assert bench_pipeline.main([str(out), "--budget-s", "900", "--work", str(work), "--configfile", str(config),
                                 "--cores", "2", *extra]) == 0
     assert (out / "pipeline_retests.jsonl").read_text() == before
+
+
+@pytest.mark.slow
+def test_named_cells_are_retested_with_the_workflows_timing_in_the_bare_process_too(tmp_path, monkeypatch,
+                                                                                    runtime_tmp):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY))
+    for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "CUTE_DSL_CACHE_DIR"):
+        monkeypatch.setenv(var, "")
+    out, work = tmp_path / "out", tmp_path / "work"
+    common = [str(out), "--budget-s", "900", "--work", str(work), "--configfile", str(config), "--cores", "2"]
+    # A name that is no cell of the grid stops the run before anything is measured, naming it.
+    with pytest.raises(SystemExit, match="sdpa/nosuchmask/float32_fwd_64"):
+        bench_pipeline.main([*common, "--retest-cells", "sdpa/full/float32_fwd_64", "sdpa/nosuchmask/float32_fwd_64"])
+    assert lanes_started(runtime_tmp) == 0 and not (work / "results").exists()
+
+    named = ["sdpa/full/float32_fwd_64", "sdpa_math/causal/float32_fwd_128"]
+    assert bench_pipeline.main([*common, "--retest-cells", *named, "--bare-harness", "--fresh-processes"]) == 0
+    assert not (out / "pipeline_chunks.jsonl").read_text()  # no first pass
+    assert lanes_started(runtime_tmp) == 2  # a fresh lane per round: named cells go in one group
+    retests = {r["cell"]: r for r in map(json.loads, (out / "pipeline_retests.jsonl").read_text().splitlines())}
+    assert set(retests) == set(named)
+    for r in retests.values():
+        assert r["order"] == ["bare", "workflow", "workflow", "bare"]
+        assert len(r["workflow"]) == len(r["bare"]) == len(r["bare_first"]) == len(r["bare_harness"]) == 2
+        assert all(x > 0 for x in r["bare_harness"])
+    summary = (out / "summary.md").read_text()
+    for name in named:
+        r = retests[name]
+        line = next(line for line in summary.splitlines() if line.startswith(f"| {name} |"))
+        harness = statistics.median(r["bare_harness"])
+        assert f"| {statistics.median(r['workflow']) / harness:.3f} |" in line
+        assert f"| {harness / statistics.median(r['bare']):.3f} |" in line

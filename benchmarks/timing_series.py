@@ -1,0 +1,139 @@
+"""Inside the loops: every sample of the workflow's timing and of do_bench on the same call.
+
+    python benchmarks/timing_series.py OUTDIR --budget-s 240 --cells CELL ... [--rounds 3]
+        [--configfile config/gpu.yaml] [--long-rep-ms 1000]
+
+For each named cell of the config (``kernel/mask/dtype_dir_seqlen``, as benchmarks/bench_pipeline.py
+names them) the call the workflow times (``longca.execution.cell.cell_call``: the captured CUDA
+graph's replay) is built once and timed, round after round, three ways in one process:
+
+* ``harness``: the workflow's own ``timing.measure`` with the cell's settings (its median and the
+  count of timed calls it made);
+* ``do_bench``: ``triton.testing.do_bench(warmup=25, rep=100)`` with ``return_mode="all"``, the bare
+  loop of bench_pipeline.py, every sample kept;
+* ``do_bench_long``: the same with ``rep=--long-rep-ms`` (many samples).
+
+When a call takes tens of milliseconds, do_bench's 100 ms budget is one or two timed calls; this
+shows where within the loop those calls fall and how they compare with the median of many.  The
+cell's correctness is not checked here (the workflow's gate did that); this is a timing probe.
+Written to OUTDIR: ``series.jsonl`` (one line per cell and round, all samples) and ``summary.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from longca import config as longca_config  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("outdir", type=Path)
+    p.add_argument("--budget-s", type=float, required=True, help="start no cell after this many seconds")
+    p.add_argument("--cells", nargs="+", required=True, metavar="CELL")
+    p.add_argument("--configfile", type=Path, default=REPO / "config" / "gpu.yaml")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--long-rep-ms", type=float, default=1000.0)
+    return p.parse_args(argv)
+
+
+def specs(configfile: Path, names: list[str]) -> list:
+    """The cells' settings; a name that is no cell of the config stops the run before any work."""
+    from longca.execution.cell import CellSpec
+
+    cfg = longca_config.validate(longca_config.merge_files([configfile]))
+    by_name = {c.path.removeprefix("results/cells/kernels/").removesuffix(".json"): c
+               for c in longca_config.kernel_cells(cfg)}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise SystemExit(f"--cells: not cells of {configfile}: {', '.join(unknown)}")
+    return [CellSpec.from_dict(longca_config.cell_settings(cfg, c.kernel, c.mask, c.seqlen, c.direction, c.dtype))
+            for c in (by_name[n] for n in names)]
+
+
+def samples_do_bench(call, device, rep_ms: float) -> list[float]:
+    if device.type == "cuda":
+        import triton.testing
+
+        return list(triton.testing.do_bench(call, warmup=25, rep=rep_ms, return_mode="all"))
+    from longca.execution import timing  # a CPU smoke test: no do_bench there
+
+    return timing.sample(call, device=device, warmup=1, reps=3)[0]
+
+
+def probe(spec, rounds: int, long_rep_ms: float) -> list[dict]:
+    from longca import kernels
+    from longca.attention.flops import attention_flops
+    from longca.execution import timing
+    from longca.execution.cell import cell_call
+
+    kernel = kernels.get(spec.kernel).with_options(spec.kernel_options)
+    problem = spec.problem()
+    flops = attention_flops(problem.mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch)
+    tflops = lambda ms: flops / (ms * 1e-3) / 1e12  # noqa: E731
+    rows = []
+    with cell_call(kernel, problem, max(spec.warmup, kernel.min_warmup), spec.cuda_graph) as (call, _, facts):
+        for i in range(rounds):
+            t = timing.measure(call, device=problem.device, warmup=spec.warmup, reps=spec.reps,
+                               warmup_ms=spec.warmup_ms, warmup_max_ms=spec.warmup_max_ms, rep_ms=spec.rep_ms)
+            short = samples_do_bench(call, problem.device, 100.0)
+            long = samples_do_bench(call, problem.device, long_rep_ms)
+            rows.append({"round": i, "timed_via": facts.get("timed_via"),
+                         "harness_tflops": tflops(t.median_ms), "harness_reps": t.reps,
+                         "harness_warmup_calls": t.warmup_calls,
+                         "do_bench_ms": short, "do_bench_tflops": tflops(statistics.median(short)),
+                         "do_bench_long_ms": long, "do_bench_long_tflops": tflops(statistics.median(long))})
+    return rows
+
+
+def summary(rows: list[dict]) -> str:
+    lines = ["| cell | round | harness TFLOPs/s (timed calls) | do_bench(25, 100): each sample, TFLOPs/s "
+             "| do_bench(25, 100) median | do_bench long median (samples) | harness / do_bench | "
+             "harness / do_bench long |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        each = ", ".join(f"{r['flops'] / (ms * 1e-3) / 1e12:.0f}" for ms in r["do_bench_ms"][:8])
+        more = f" … ({len(r['do_bench_ms'])})" if len(r["do_bench_ms"]) > 8 else ""
+        lines.append(f"| {r['cell']} | {r['round']} | {r['harness_tflops']:.1f} ({r['harness_reps']}) | {each}{more} "
+                     f"| {r['do_bench_tflops']:.1f} | {r['do_bench_long_tflops']:.1f} ({len(r['do_bench_long_ms'])}) "
+                     f"| {r['harness_tflops'] / r['do_bench_tflops']:.3f} "
+                     f"| {r['harness_tflops'] / r['do_bench_long_tflops']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from longca.attention.flops import attention_flops
+
+    cells = specs(args.configfile, args.cells)
+    args.outdir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    rows = []
+    with open(args.outdir / "series.jsonl", "w") as sink:
+        for name, spec in zip(args.cells, cells):
+            if time.monotonic() - started > args.budget_s:
+                print(f"budget spent: {name} and later cells not probed")
+                break
+            problem = spec.problem()
+            flops = attention_flops(problem.mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch)
+            for row in probe(spec, args.rounds, args.long_rep_ms):
+                row.update(cell=name, flops=flops)
+                rows.append(row)
+                sink.write(json.dumps(row) + "\n")
+                sink.flush()
+            print(f"{name}: probed", flush=True)
+    text = summary(rows)
+    (args.outdir / "summary.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -269,10 +269,6 @@ def run_bare(cfg: dict, cells, harness: bool = False) -> tuple[float, float, dic
     return time.perf_counter() - started - extra, extra, rows
 
 
-def cell_name(path: str) -> str:
-    return path.removeprefix("results/cells/kernels/").removesuffix(".json")
-
-
 def outside_fidelity(state: dict, path: str) -> bool:
     """Whether a cell ok on both sides of the first pass read more than ±3 % apart."""
     wf, bare = state["workflow_rows"].get(path, {}), state["cells"][path]
@@ -292,12 +288,10 @@ def retest_misses(args, cfg: dict, overrides_path: Path, state: dict, deadline: 
 
 def named_cells(cfg: dict, names: list[str]) -> list[str]:
     """The cell files of ``--retest-cells``; a name that is no cell of the grid stops the run, naming it."""
-    by_name = {cell_name(c.path): c.path for c in longca_config.kernel_cells(cfg)}
-    unknown = [n for n in names if n not in by_name]
-    if unknown:
-        raise SystemExit(f"--retest-cells: not cells of this grid: {', '.join(unknown)} "
-                         f"(names look like {next(iter(by_name), 'kernel/mask/bfloat16_fwd_4096')})")
-    return [by_name[n] for n in names]
+    try:
+        return [c.path for c in longca_config.named_cells(cfg, names)]
+    except longca_config.ConfigError as exc:
+        raise SystemExit(f"--retest-cells: {exc}") from None
 
 
 def retest(args, cfg: dict, overrides_path: Path, state: dict, paths: list[str], deadline: float,
@@ -346,7 +340,8 @@ def retest(args, cfg: dict, overrides_path: Path, state: dict, paths: list[str],
                                 figures[p]["bare_harness"].append(row["harness_tflops"])
         state["retests"].update(figures)
         save_state(args.work, state)
-        print(f"retest: {len(paths)} cells at {seqlen or 'their lengths'} measured again, {args.retests} times per side", flush=True)
+        print(f"retest: {len(paths)} cells at {seqlen or 'their lengths'} measured again, "
+              f"{args.retests} times per side", flush=True)
 
 
 # ---------------------------------------------------------------- bookkeeping
@@ -418,7 +413,7 @@ def write_outputs(args, cfg: dict, state: dict) -> str:
     cells = []
     for path, bare in state["cells"].items():
         wf = state["workflow_rows"].get(path) or workflow_row(args.work, path)
-        entry = {"cell": cell_name(path),
+        entry = {"cell": longca_config.cell_name(path),
                  "workflow_status": wf.get("status"), "workflow_tflops": wf.get("tflops"),
                  "workflow_reps": wf.get("reps"), "workflow_warmup_calls": wf.get("warmup_calls"),
                  "workflow_warmup_steady": wf.get("warmup_steady"), "workflow_wall_s": wf.get("wall_s"),
@@ -446,7 +441,7 @@ def write_outputs(args, cfg: dict, state: dict) -> str:
             f.write(json.dumps(entry) + "\n")
     with open(args.outdir / "pipeline_retests.jsonl", "w") as f:
         for path, retest in state["retests"].items():
-            f.write(json.dumps({"cell": cell_name(path), **retest}) + "\n")
+            f.write(json.dumps({"cell": longca_config.cell_name(path), **retest}) + "\n")
     summary = summarize(args, cfg, state, cells)
     (args.outdir / "summary.md").write_text(summary)
     return summary
@@ -520,7 +515,8 @@ def retest_table(retests: dict) -> list[str]:
                  "| bare: workflow's timing / do_bench |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for path, r in retests.items():
         wf, bare, harness = med(r["workflow"]), med(r["bare"]), med(r.get("bare_harness", []))
-        lines.append(f"| {cell_name(path)} | {each(r['workflow'])} | {each(r['bare'])} | {each(r['bare_first'])} "
+        lines.append(f"| {longca_config.cell_name(path)} | {each(r['workflow'])} | {each(r['bare'])} "
+                     f"| {each(r['bare_first'])} "
                      f"| {each(r.get('bare_harness', []))} | {ratio(wf, bare)} | {ratio(wf, harness)} "
                      f"| {ratio(harness, bare)} |")
     return lines

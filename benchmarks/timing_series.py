@@ -50,13 +50,12 @@ def specs(configfile: Path, names: list[str]) -> list:
     from longca.execution.cell import CellSpec
 
     cfg = longca_config.validate(longca_config.merge_files([configfile]))
-    by_name = {c.path.removeprefix("results/cells/kernels/").removesuffix(".json"): c
-               for c in longca_config.kernel_cells(cfg)}
-    unknown = [n for n in names if n not in by_name]
-    if unknown:
-        raise SystemExit(f"--cells: not cells of {configfile}: {', '.join(unknown)}")
+    try:
+        cells = longca_config.named_cells(cfg, names)
+    except longca_config.ConfigError as exc:
+        raise SystemExit(f"--cells ({configfile}): {exc}") from None
     return [CellSpec.from_dict(longca_config.cell_settings(cfg, c.kernel, c.mask, c.seqlen, c.direction, c.dtype))
-            for c in (by_name[n] for n in names)]
+            for c in cells]
 
 
 def samples_do_bench(call, device, rep_ms: float) -> list[float]:

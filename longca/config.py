@@ -333,11 +333,32 @@ class KernelCell:
     def path(self) -> str:
         return f"results/cells/kernels/{self.kernel}/{self.mask}/{self.dtype}_{self.direction}_{self.seqlen}.json"
 
+    @property
+    def name(self) -> str:
+        """How tables, logs and the benchmarks' options name the cell: ``kernel/mask/dtype_direction_seqlen``."""
+        return cell_name(self.path)
+
+
+def cell_name(path: str) -> str:
+    """A kernel cell's name from its file's path (``KernelCell.name``)."""
+    return path.removeprefix("results/cells/kernels/").removesuffix(".json")
+
 
 def kernel_cells(config: dict) -> Iterator[KernelCell]:
     for kernel, entry, seqlen, direction, dtype in itertools.product(
             config["kernels"], mask_entries(config), config["seqlens"], config["directions"], config["dtypes"]):
         yield KernelCell(kernel, entry.name, seqlen, direction, dtype)
+
+
+def named_cells(config: dict, names: list[str]) -> list[KernelCell]:
+    """The grid's cells of these names, in their order; names that are no cell of it are an error
+    naming each of them."""
+    by_name = {c.name: c for c in kernel_cells(config)}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        example = next(iter(by_name), "kernel/mask/bfloat16_fwd_4096")
+        raise ConfigError(f"not cells of this grid: {', '.join(unknown)} (a cell is named like {example})")
+    return [by_name[n] for n in names]
 
 
 def cell_settings(config: dict, kernel: str, mask: str, seqlen: int, direction: str, dtype: str) -> dict:

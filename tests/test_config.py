@@ -2,7 +2,7 @@ import pytest
 
 from pathlib import Path
 
-from longca.config import ConfigError, cell_settings, kernel_cells, merge_files, validate
+from longca.config import ConfigError, cell_settings, kernel_cells, merge_files, named_cells, validate
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -15,6 +15,15 @@ def test_defaults_are_filled_and_grid_expands():
     cells = list(kernel_cells(cfg))
     assert len(cells) == 1 * 2 * 2 * 2 * 1
     assert len({c.path for c in cells}) == len(cells)
+
+
+def test_cells_are_found_by_the_name_tables_give_them_and_unknown_names_are_named():
+    cfg = validate(BASE)
+    cells = named_cells(cfg, ["sdpa_math/causal/float32_bwd_128", "sdpa_math/full/float32_fwd_64"])
+    assert [(c.mask, c.direction, c.seqlen) for c in cells] == [("causal", "bwd", 128), ("full", "fwd", 64)]
+    assert all(c.path == f"results/cells/kernels/{c.name}.json" for c in cells)
+    with pytest.raises(ConfigError, match="not cells of this grid: sdpa_math/full/float32_fwd_96, x/y/z"):
+        named_cells(cfg, ["sdpa_math/full/float32_fwd_64", "sdpa_math/full/float32_fwd_96", "x/y/z"])
 
 
 def test_cell_settings_hold_only_that_cells_values():

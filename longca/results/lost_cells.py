@@ -84,7 +84,7 @@ def record(cfg: dict, kernel_cells: Iterable, cp_cells: Iterable, main_log=None)
             continue
         settings = longca_config.cell_settings(cfg, cell.kernel, cell.mask, cell.seqlen, cell.direction, cell.dtype)
         row = kernel_failure_row(settings, "error", _reason(cell.path, known), 0.0)
-        row["cell_id"] = cell.path.removeprefix("results/cells/kernels/").removesuffix(".json")
+        row["cell_id"] = cell.name
         lost.append((cell.path, row))
     for cell in cp_cells:
         if os.path.exists(cell.path):

@@ -85,7 +85,7 @@ def probe(spec, rounds: int, long_rep_ms: float) -> list[dict]:
                                warmup_ms=spec.warmup_ms, warmup_max_ms=spec.warmup_max_ms, rep_ms=spec.rep_ms)
             short = samples_do_bench(call, problem.device, 100.0)
             long = samples_do_bench(call, problem.device, long_rep_ms)
-            rows.append({"round": i, "timed_via": facts.get("timed_via"),
+            rows.append({"round": i, "flops": flops, "timed_via": facts.get("timed_via"),
                          "harness_tflops": tflops(t.median_ms), "harness_reps": t.reps,
                          "harness_warmup_calls": t.warmup_calls,
                          "do_bench_ms": short, "do_bench_tflops": tflops(statistics.median(short)),
@@ -109,8 +109,6 @@ def summary(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from longca.attention.flops import attention_flops
-
     cells = specs(args.configfile, args.cells)
     args.outdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -120,10 +118,8 @@ def main(argv=None) -> int:
             if time.monotonic() - started > args.budget_s:
                 print(f"budget spent: {name} and later cells not probed")
                 break
-            problem = spec.problem()
-            flops = attention_flops(problem.mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch)
             for row in probe(spec, args.rounds, args.long_rep_ms):
-                row.update(cell=name, flops=flops)
+                row["cell"] = name
                 rows.append(row)
                 sink.write(json.dumps(row) + "\n")
                 sink.flush()

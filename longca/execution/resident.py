@@ -17,7 +17,9 @@ measurement itself takes a fraction of a second.  Here each device has one *lane
 * the measuring process selects the device, then runs cells in-process one after another,
   keeping its CUDA context, imported libraries, compiled kernels, cuDNN plans and JIT caches.  An
   out-of-memory error is caught by ``run_cell`` (memory released, an ``oom`` row); an error that
-  leaves the CUDA context unusable ends the process after its row is sent.
+  leaves the CUDA context unusable ends the process after its row is sent.  An ``oom`` in a process
+  that has measured other cells is measured again in a fresh one, so an ``oom`` row always says
+  that the cell does not fit, not that earlier cells' leftovers filled the device.
 
 Slots make lanes exclusive per host: one cell at a time per device, whichever workflow run asks.
 Snakemake may therefore keep many clients in flight (they queue on the slot), so the next cell is
@@ -90,6 +92,20 @@ class Lane:
 
     def measure(self, msg: dict[str, Any], fds: list[int], client: socket.socket) -> dict[str, Any] | None:
         """The cell's row, or None when the client hung up (then there is nobody to answer)."""
+        row = self._measure_once(msg, fds, client)
+        if row is not None and row.pop("_fresh_retry", False):
+            # Out of memory in a process that had measured other cells: what they left behind
+            # (cached cuDNN graphs and their workspaces, compiled kernels, a fragmented allocator)
+            # may be what did not fit, so the cell is measured again in a fresh process, whose row
+            # stands.  On an H100, 64K cells that fit alone ran out after others this way.
+            print(f"lane {self.device}: {msg.get('cell_id')} ran out of memory after other cells; "
+                  "measuring it again in a fresh measuring process", flush=True)
+            row = self._measure_once(msg, fds, client)
+            if row is not None and row.get("status") == "oom":
+                row["reason"] = f"{row.get('reason')} (also in a fresh measuring process)"
+        return row
+
+    def _measure_once(self, msg: dict[str, Any], fds: list[int], client: socket.socket) -> dict[str, Any] | None:
         from . import isolate
         from .runner import Limits, outcome_row
 
@@ -112,8 +128,10 @@ class Lane:
                 try:
                     reply, _ = _recv_msg(self.channel)
                     row = reply["row"]
-                    if reply.get("retire"):  # its CUDA context is gone: it exits, reap it
+                    if reply.get("retire"):  # its CUDA context is gone, or it asks for a fresh try: it exits
                         self._reap()
+                    if reply.get("fresh_retry"):
+                        row["_fresh_retry"] = True
                     return row
                 except (ConnectionError, OSError):
                     status = self._reap()
@@ -245,6 +263,7 @@ def _measuring_process(channel: socket.socket, device: str) -> None:
     faulthandler.enable(file=sys.stderr, all_threads=True)
     own_stdio = os.dup(1), os.dup(2)
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    measured = 0  # cells this process has run: an oom after them may be theirs (Lane.measure)
     while True:
         try:
             msg, fds = _recv_msg(channel, max_fds=2)
@@ -259,13 +278,15 @@ def _measuring_process(channel: socket.socket, device: str) -> None:
 
                 cap_address_space(msg["memory_mb"] * 2**20)
             row = run_cell(CellSpec.from_dict(msg["settings"]))
-            retire = _context_lost(row, device)
+            fresh_retry = row.get("status") == "oom" and measured > 0
+            retire = fresh_retry or _context_lost(row, device)
+            measured += 1
         finally:
             resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
             _redirect(own_stdio)
             for fd in fds:
                 os.close(fd)
-        _send_msg(channel, {"row": row, "retire": retire})
+        _send_msg(channel, {"row": row, "retire": retire, "fresh_retry": fresh_retry})
         if retire:
             return
 

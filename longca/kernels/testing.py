@@ -6,7 +6,9 @@ dereferences NULL, ``test_abort`` really aborts, ``test_hang`` really never retu
 really allocates (and touches) memory until the cell's memory cap stops it, and ``test_sleep`` is a
 correct kernel that takes a set time per call (option ``seconds``), and ``test_refuses`` is refused
 by its "library" in ``prepare`` (``Unsupported``), as a cuDNN graph or a FlexAttention backend
-refuses a problem.  Set ``LONGCA_TEST_KERNELS=1`` to register them.
+refuses a problem.  ``test_leaky`` is correct but keeps a buffer per prepared problem for the life of
+the process, as a cache of workspaces does, and ``test_tight`` is correct only where nothing was left
+behind: after a ``test_leaky`` cell in the same process it really runs out of memory.  Set ``LONGCA_TEST_KERNELS=1`` to register them.
 """
 
 from __future__ import annotations
@@ -116,6 +118,27 @@ class HogKernel(_DenseSdpa):
             blocks.append(torch.ones(2**26, dtype=torch.uint8))  # ones, not empty: pages are touched
 
 
+LEFT_BEHIND: list[torch.Tensor] = []  # test_leaky's buffers: never freed in this process
+
+
+class LeakyKernel(_DenseSdpa):
+    name = "test_leaky"
+    description = "test-only: correct, and keeps a buffer per prepared problem (a cache that never frees)"
+
+    def prepare(self, problem):
+        LEFT_BEHIND.append(torch.empty(2**20, dtype=torch.uint8, device=problem.device))
+        return super().prepare(problem)
+
+
+class TightKernel(_DenseSdpa):
+    name = "test_tight"
+    description = "test-only: correct alone; out of memory in a process holding test_leaky's buffers"
+
+    def before(self):
+        if LEFT_BEHIND:
+            torch.empty(2**50, dtype=torch.uint8)
+
+
 class SleepKernel(_DenseSdpa):
     name = "test_sleep"
     description = "test-only: correct, and sleeps `seconds` per call"
@@ -127,5 +150,5 @@ class SleepKernel(_DenseSdpa):
 
 if os.environ.get("LONGCA_TEST_KERNELS") == "1":
     for _kernel in (WrongKernel, OomKernel, RefusingKernel, SegfaultKernel, AbortKernel, HangKernel, HogKernel,
-                    SleepKernel):
+                    SleepKernel, LeakyKernel, TightKernel):
         register(_kernel())

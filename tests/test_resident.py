@@ -95,6 +95,16 @@ def test_an_oom_after_other_cells_is_measured_again_in_a_fresh_process(env, tmp_
     assert lane_log(env).count(" started (#") == 2
 
 
+def test_what_counts_as_running_out_of_memory():
+    # The CPU has no graph capture: the eager fallback's row is checked as cell.py writes it.
+    capture_oom = "eager: capture failed: OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    assert resident.ran_out_of_memory({"status": "oom", "reason": "OutOfMemoryError: ..."})
+    assert resident.ran_out_of_memory({"status": "ok", "timed_via": capture_oom})
+    assert not resident.ran_out_of_memory({"status": "ok", "timed_via": "graph"})
+    assert not resident.ran_out_of_memory({"status": "ok", "timed_via": "eager: capture failed: RuntimeError: x"})
+    assert not resident.ran_out_of_memory({"status": "error", "reason": "RuntimeError: boom"})
+
+
 def test_concurrent_clients_queue_on_the_lane(env, tmp_path):
     procs = [start_client(env, tmp_path, "sdpa", f"q{i}", seqlen=64 * (i + 1)) for i in range(4)]
     for proc, _ in procs:

@@ -17,9 +17,10 @@ measurement itself takes a fraction of a second.  Here each device has one *lane
 * the measuring process selects the device, then runs cells in-process one after another,
   keeping its CUDA context, imported libraries, compiled kernels, cuDNN plans and JIT caches.  An
   out-of-memory error is caught by ``run_cell`` (memory released, an ``oom`` row); an error that
-  leaves the CUDA context unusable ends the process after its row is sent.  An ``oom`` in a process
-  that has measured other cells is measured again in a fresh one, so an ``oom`` row always says
-  that the cell does not fit, not that earlier cells' leftovers filled the device.
+  leaves the CUDA context unusable ends the process after its row is sent.  An out-of-memory error
+  (an ``oom`` row, or a graph capture that ran out and left the cell timed eagerly) in a process
+  that has measured other cells is measured again in a fresh one, so such a row always says that
+  the cell does not fit, not that earlier cells' leftovers filled the device.
 
 Slots make lanes exclusive per host: one cell at a time per device, whichever workflow run asks.
 Snakemake may therefore keep many clients in flight (they queue on the slot), so the next cell is
@@ -278,7 +279,7 @@ def _measuring_process(channel: socket.socket, device: str) -> None:
 
                 cap_address_space(msg["memory_mb"] * 2**20)
             row = run_cell(CellSpec.from_dict(msg["settings"]))
-            fresh_retry = row.get("status") == "oom" and measured > 0
+            fresh_retry = measured > 0 and ran_out_of_memory(row)
             retire = fresh_retry or _context_lost(row, device)
             measured += 1
         finally:
@@ -289,6 +290,13 @@ def _measuring_process(channel: socket.socket, device: str) -> None:
         _send_msg(channel, {"row": row, "retire": retire, "fresh_retry": fresh_retry})
         if retire:
             return
+
+
+def ran_out_of_memory(row: dict[str, Any]) -> bool:
+    """Whether the cell met an out-of-memory error: an ``oom`` row, or an ok row timed eagerly
+    because capturing its CUDA graph ran out of memory.  In a process that has run other cells,
+    either may be their leftovers' doing, so the lane measures the cell again in a fresh one."""
+    return row.get("status") == "oom" or "capture failed: OutOfMemoryError" in str(row.get("timed_via") or "")
 
 
 def _redirect(fds) -> None:

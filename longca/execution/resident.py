@@ -93,20 +93,24 @@ class Lane:
 
     def measure(self, msg: dict[str, Any], fds: list[int], client: socket.socket) -> dict[str, Any] | None:
         """The cell's row, or None when the client hung up (then there is nobody to answer)."""
-        row = self._measure_once(msg, fds, client)
-        if row is not None and row.pop("_fresh_retry", False):
+        row, fresh_retry = self._measure_once(msg, fds, client)
+        if fresh_retry:
             # Out of memory in a process that had measured other cells: what they left behind
             # (cached cuDNN graphs and their workspaces, compiled kernels, a fragmented allocator)
             # may be what did not fit, so the cell is measured again in a fresh process, whose row
-            # stands.  On an H100, 64K cells that fit alone ran out after others this way.
+            # stands (with a time limit of its own).  On an H100, 64K cells that fit alone ran out
+            # after others this way.
             print(f"lane {self.device}: {msg.get('cell_id')} ran out of memory after other cells; "
                   "measuring it again in a fresh measuring process", flush=True)
-            row = self._measure_once(msg, fds, client)
+            row, _ = self._measure_once(msg, fds, client)
             if row is not None and row.get("status") == "oom":
                 row["reason"] = f"{row.get('reason')} (also in a fresh measuring process)"
         return row
 
-    def _measure_once(self, msg: dict[str, Any], fds: list[int], client: socket.socket) -> dict[str, Any] | None:
+    def _measure_once(self, msg: dict[str, Any], fds: list[int],
+                      client: socket.socket) -> tuple[dict[str, Any] | None, bool]:
+        """(the row or None, whether the measuring process asks for the cell to be measured again
+        in a fresh one)."""
         from . import isolate
         from .runner import Limits, outcome_row
 
@@ -128,23 +132,20 @@ class Lane:
             if self.channel in ready:
                 try:
                     reply, _ = _recv_msg(self.channel)
-                    row = reply["row"]
                     if reply.get("retire"):  # its CUDA context is gone, or it asks for a fresh try: it exits
                         self._reap()
-                    if reply.get("fresh_retry"):
-                        row["_fresh_retry"] = True
-                    return row
+                    return reply["row"], bool(reply.get("fresh_retry"))
                 except (ConnectionError, OSError):
                     status = self._reap()
                     return outcome_row(msg["settings"], isolate.died(status, time.monotonic() - started),
-                                       Limits(timeout_s=timeout))
+                                       Limits(timeout_s=timeout)), False
             if client in ready:  # the client can only hang up (it sends nothing more)
                 self._kill()
-                return None
+                return None, False
             if not ready:  # past the time limit
                 self._kill()
                 return outcome_row(msg["settings"], isolate.Outcome(timed_out=True, wall_s=time.monotonic() - started),
-                                   Limits(timeout_s=timeout))
+                                   Limits(timeout_s=timeout)), False
 
     def _spawn(self) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -8,7 +8,8 @@ correct kernel that takes a set time per call (option ``seconds``), and ``test_r
 by its "library" in ``prepare`` (``Unsupported``), as a cuDNN graph or a FlexAttention backend
 refuses a problem.  ``test_leaky`` is correct but keeps a buffer per prepared problem for the life of
 the process, as a cache of workspaces does, and ``test_tight`` is correct only where nothing was left
-behind: after a ``test_leaky`` cell in the same process it really runs out of memory.  Set ``LONGCA_TEST_KERNELS=1`` to register them.
+behind: after a ``test_leaky`` cell in the same process it really runs out of memory.  Set
+``LONGCA_TEST_KERNELS=1`` to register them.
 """
 
 from __future__ import annotations

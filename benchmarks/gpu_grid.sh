@@ -10,8 +10,9 @@ usage: benchmarks/gpu_grid.sh OUTDIR [--budget-s N] [--work DIR] [--overrides FI
 Runs `snakemake all --configfile config/gpu.yaml [FILE] --cores 8 --resources gpu=<GPUs>` in DIR
 (default: the repository root, so results/ is the run's) on the GPUs in CUDA_VISIBLE_DEVICES (default:
 every GPU nvidia-smi lists), and stops it (SIGINT: running cells end as rows or are redone next time,
-finished cells stay) so that the whole script ends within the budget.  Run the same command again to
-go on: only cells not yet measured run.
+finished cells stay; a Snakemake still running 20 s later is killed and its lock removed) so that the
+whole script ends within the budget.  Run the same command again to go on: only cells not yet
+measured run.
 
 OUTDIR gets: environment.txt (nvidia-smi, library versions), gpu_clocks.csv (SM clock, power,
 temperature, utilisation twice a second), overrides.yaml (a copy of FILE), runs.txt (one line per
@@ -93,6 +94,16 @@ CUDA_VISIBLE_DEVICES=$(IFS=,; echo "${GPUS[*]}") timeout -s INT -k 20 "$left" "$
     -s "$REPO/Snakefile" --directory "$WORK" --cores 8 --configfile "$REPO/config/gpu.yaml" ${OVERRIDES:+"$OVERRIDES"} \
     --resources gpu=${#GPUS[@]} ${SNAKEMAKE_ARGS[@]+"${SNAKEMAKE_ARGS[@]}"} >> "$OUTDIR/snakemake.log" 2>&1
 code=$?
+if [ "$code" -eq 137 ]; then
+    # Snakemake did not stop within 20 s of SIGINT (a long cell was still running) and was killed, so
+    # its lock on the run directory stays, and the next call would stop at once on it.  Nothing else
+    # runs there: this script started that Snakemake and it is gone.
+    CUDA_VISIBLE_DEVICES=$(IFS=,; echo "${GPUS[*]}") "$PYTHON" -m snakemake --unlock -s "$REPO/Snakefile" \
+        --directory "$WORK" --configfile "$REPO/config/gpu.yaml" ${OVERRIDES:+"$OVERRIDES"} \
+        ${SNAKEMAKE_ARGS[@]+"${SNAKEMAKE_ARGS[@]}"} >> "$OUTDIR/snakemake.log" 2>&1 \
+        && echo "gpu_grid.sh: Snakemake was killed 20 s after SIGINT; its lock on $WORK is removed" \
+        || echo "gpu_grid.sh: Snakemake was killed 20 s after SIGINT and \`snakemake --unlock\` failed (see $OUTDIR/snakemake.log)" >&2
+fi
 cells_after=$(find "$WORK/results/cells/kernels" -name '*.json' 2>/dev/null | wc -l)
 echo "$started $((SECONDS - t0)) s exit $code kernel cells $cells_before -> $cells_after" >> "$OUTDIR/runs.txt"
 [ -z "$SMI" ] || kill "$SMI" 2>/dev/null

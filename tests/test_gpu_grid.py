@@ -1,5 +1,8 @@
 """benchmarks/gpu_grid.sh runs the published grid (`snakemake all --configfile config/gpu.yaml`) within
-a budget: its arguments, and (dry run, no GPU needed) the workflow it drives."""
+a budget: its arguments, (dry run, no GPU needed) the workflow it drives, and the lock a Snakemake
+killed at the budget leaves."""
+
+import subprocess
 
 import pytest
 from snakemake_run import REPO, run_script
@@ -47,3 +50,28 @@ def test_dry_run_plans_the_gpu_grid_with_the_overrides_and_records_the_call(tmp_
     assert "bfloat16_bwd_2048.json" not in log  # the --config seqlens override reached Snakemake
     assert "results/cells/cp/" not in log       # and so did the overrides file (no CP cells)
     assert not (work / "results" / "cells").exists()  # a dry run measures nothing
+
+
+@pytest.mark.slow
+def test_a_snakemake_killed_at_the_budget_leaves_no_lock_behind(tmp_path):
+    """A cell that outlasts SIGINT's 20 s grace gets Snakemake killed, which leaves its lock on the run
+    directory; the script removes it, so the next call goes on instead of stopping on a LockException.
+    The stand-in for a long GPU cell is a real Snakemake job that ignores SIGINT and SIGTERM."""
+    sleeper = tmp_path / "sleeper.pid"
+    snakefile = tmp_path / "long_cell.smk"
+    snakefile.write_text(
+        "rule all:\n    input: 'done.txt'\n"
+        "rule long_cell:\n    output: 'done.txt'\n"
+        f"    shell: \"trap '' INT TERM; sleep 120 & echo $! > {sleeper}; wait; touch {{output}}\"\n")
+    out, work = tmp_path / "out", tmp_path / "run"
+    try:
+        proc = _run(str(out), "--work", str(work), "--budget-s", "60", "--", "-s", str(snakefile),
+                    env={"CUDA_VISIBLE_DEVICES": "0"}, timeout=120)
+    finally:
+        if sleeper.exists():
+            subprocess.run(["kill", sleeper.read_text().strip()], check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert " exit 137 " in (out / "runs.txt").read_text()  # killed, not stopped by SIGINT
+    assert "its lock on" in proc.stdout and "is removed" in proc.stdout, proc.stdout + proc.stderr
+    locks = work / ".snakemake" / "locks"
+    assert not locks.exists() or not list(locks.iterdir())

@@ -89,17 +89,17 @@ left=$((BUDGET_S - 30))
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 t0=$SECONDS
 cells_before=$(find "$WORK/results/cells/kernels" -name '*.json' 2>/dev/null | wc -l)
+VISIBLE=$(IFS=,; echo "${GPUS[*]}")
+WORKFLOW=(-s "$REPO/Snakefile" --directory "$WORK" --configfile "$REPO/config/gpu.yaml" ${OVERRIDES:+"$OVERRIDES"})
 # Targets first: --configfile and --resources take every word after them.
-CUDA_VISIBLE_DEVICES=$(IFS=,; echo "${GPUS[*]}") timeout -s INT -k 20 "$left" "$PYTHON" -m snakemake all \
-    -s "$REPO/Snakefile" --directory "$WORK" --cores 8 --configfile "$REPO/config/gpu.yaml" ${OVERRIDES:+"$OVERRIDES"} \
+CUDA_VISIBLE_DEVICES=$VISIBLE timeout -s INT -k 20 "$left" "$PYTHON" -m snakemake all "${WORKFLOW[@]}" --cores 8 \
     --resources gpu=${#GPUS[@]} ${SNAKEMAKE_ARGS[@]+"${SNAKEMAKE_ARGS[@]}"} >> "$OUTDIR/snakemake.log" 2>&1
 code=$?
 if [ "$code" -eq 137 ]; then
     # Snakemake did not stop within 20 s of SIGINT (a long cell was still running) and was killed, so
     # its lock on the run directory stays, and the next call would stop at once on it.  Nothing else
     # runs there: this script started that Snakemake and it is gone.
-    CUDA_VISIBLE_DEVICES=$(IFS=,; echo "${GPUS[*]}") "$PYTHON" -m snakemake --unlock -s "$REPO/Snakefile" \
-        --directory "$WORK" --configfile "$REPO/config/gpu.yaml" ${OVERRIDES:+"$OVERRIDES"} \
+    CUDA_VISIBLE_DEVICES=$VISIBLE "$PYTHON" -m snakemake --unlock "${WORKFLOW[@]}" \
         ${SNAKEMAKE_ARGS[@]+"${SNAKEMAKE_ARGS[@]}"} >> "$OUTDIR/snakemake.log" 2>&1 \
         && echo "gpu_grid.sh: Snakemake was killed 20 s after SIGINT; its lock on $WORK is removed" \
         || echo "gpu_grid.sh: Snakemake was killed 20 s after SIGINT and \`snakemake --unlock\` failed (see $OUTDIR/snakemake.log)" >&2

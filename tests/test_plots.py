@@ -4,6 +4,7 @@ import matplotlib.image as mpimg
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+from PIL import Image
 import report_data as rd
 
 from longca.results import plots
@@ -199,3 +200,25 @@ def test_device_ratio_heatmap_writes_each_ratio_and_a_dash_where_none(kernels):
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["sliding", "causal"]
     empty = plots.device_ratio_figure(ratios.iloc[0:0], "old", "new")
     assert "no kernel cell measured ok on both old and new" in [t.get_text() for t in empty.texts]
+
+
+def test_saved_figures_are_palette_pngs_that_look_the_same(kernels, tmp_path):
+    # The report embeds every figure, so save() keeps a 256-colour palette: compare with the
+    # figure as matplotlib writes it (RGBA) pixel by pixel.
+    fig = plots.kernel_throughput_figure(kernels, "causal", rd.CEILINGS)
+    fig.savefig(tmp_path / "raw.png", dpi=plots.DPI, format="png", bbox_inches="tight", pad_inches=0.15)
+    plots.save(fig, tmp_path / "kept.png")
+    with Image.open(tmp_path / "kept.png") as kept, Image.open(tmp_path / "raw.png") as raw:
+        assert kept.mode == "P" and raw.mode == "RGBA"
+        assert kept.size == raw.size
+        diff = np.abs(np.asarray(kept.convert("RGB"), dtype=int) - np.asarray(raw.convert("RGB"), dtype=int))
+    assert diff.mean() < 1.0 and (diff.max(axis=2) > 32).mean() < 0.001
+    assert (tmp_path / "kept.png").stat().st_size < (tmp_path / "raw.png").stat().st_size
+
+
+def test_a_png_with_transparency_is_left_as_it_is(tmp_path):
+    image = Image.new("RGBA", (8, 8), (255, 0, 0, 0))
+    image.save(tmp_path / "clear.png")
+    plots.compact_png(tmp_path / "clear.png")
+    with Image.open(tmp_path / "clear.png") as again:
+        assert again.mode == "RGBA" and again.getpixel((0, 0)) == (255, 0, 0, 0)

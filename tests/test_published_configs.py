@@ -81,3 +81,20 @@ def test_render_results_names_a_missing_parquet(tmp_path):
                            str(tmp_path / "nope" / "kernels.parquet"), str(tmp_path / "out")],
                           capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 2 and "nope/kernels.parquet: no such file" in proc.stderr
+
+
+@pytest.mark.parametrize("stage", sorted((REPO / "docs" / "results").glob("*/overrides_*.yaml")),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_each_published_stage_measures_cells_of_its_table_with_the_table_settings(stage):
+    """A stage file (gpu_grid.sh --overrides) narrows the published grid: it must name only cells of
+    that run's table (config/gpu.yaml + its overrides.yaml) and give each the settings the table
+    keeps, or its rows would be cells of another grid (and restore_cells.py would drop them)."""
+    table = config.validate(config.merge_files([REPO / "config" / "gpu.yaml", stage.parent / "overrides.yaml"]))
+    narrowed = config.validate(config.merge_files([REPO / "config" / "gpu.yaml", stage]))
+    table_cells = set(config.kernel_cells(table))
+    cells = list(config.kernel_cells(narrowed))
+    assert cells, f"{stage.name} names no cell"
+    assert not set(cells) - table_cells, f"{stage.name}: cells outside the table"
+    for c in cells:
+        args = (c.kernel, c.mask, c.seqlen, c.direction, c.dtype)
+        assert config.cell_settings(narrowed, *args) == config.cell_settings(table, *args), (stage.name, c)

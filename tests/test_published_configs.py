@@ -59,7 +59,7 @@ def _without_images_and_stamp(html: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("run", "cells"), [("h100_2026-11-23", 3097), ("h200_2026-11-23", 3136)])
+@pytest.mark.parametrize(("run", "cells"), [("h100_2026-11-23", 3123), ("h200_2026-11-23", 3136)])
 def test_a_fresh_clone_renders_the_published_report_from_the_committed_parquet(tmp_path, run, cells):
     """A published run: the committed kernels.parquet alone gives back its report (every table,
     number and winner; the figures' pixels and the generation time aside)."""

@@ -279,3 +279,14 @@ def test_an_empty_kernel_table_still_renders(tmp_path):
     empty = rd.kernels_df().iloc[0:0]
     text = report.render(empty, tmp_path / "r.html").read_text()
     assert "No kernel cells in this run." in text and "0 kernel cells" in text
+
+
+def test_the_memory_caption_says_what_a_graph_replays_peak_leaves_out():
+    df = rd.kernels_df()
+    _, eager = report.kernel_captions(df, "causal", rd.CEILINGS)
+    assert "replays" not in eager
+    df.loc[df["mask"] == "causal", "timed_via"] = "graph"
+    _, graphed = report.kernel_captions(df, "causal", rd.CEILINGS)
+    assert graphed.startswith(eager)
+    assert "what was allocated when the replays began" in graphed and "an eager call peaks higher" in graphed
+    assert "replays" not in report.kernel_captions(df, "sliding", rd.CEILINGS)[1]

@@ -306,8 +306,21 @@ def kernel_captions(df: pd.DataFrame, mask: str, ceilings: dict | None) -> tuple
         "T timed out; a line is broken where a length between two numbers has none. "
         + _ceiling_phrase(ceilings, set(sub["dtype"])))
     memory = (f"Mask {mask}: peak allocated device memory during the timed calls, by sequence length, one line "
-              "per kernel (log scale); markers as in the throughput figure.")
+              "per kernel (log scale); markers as in the throughput figure." + _graph_memory_phrase(sub))
     return throughput, memory
+
+
+def _graph_memory_phrase(df: pd.DataFrame) -> str:
+    # A CUDA-graph replay allocates nothing: the call's transient buffers were allocated and freed
+    # while it was captured.  So for such rows the figure is what was allocated when the replays
+    # began, and a reader comparing kernels' memory must know that it leaves the workspace out.
+    if "timed_via" not in df or not (df["timed_via"] == "graph").any():
+        return ""
+    return (" For cells timed as CUDA-graph replays (timed via graph) the figure is what was allocated when "
+            "the replays began: the cell's inputs, outputs and gradients, a dense mask, and whatever the process "
+            "still held from cells it ran before (a kernel library's caches, say). It leaves out the buffers the "
+            "call allocates and frees inside (workspace, temporaries), so an eager call peaks higher; "
+            "benchmarks/peak_memory.py measures both ways.")
 
 
 # --- environment -----------------------------------------------------------------------------

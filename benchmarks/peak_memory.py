@@ -17,26 +17,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
-from timing_series import specs  # noqa: E402  (the same cell names, the same settings)
+from timing_series import cell_probe_parser, probe_cells, specs  # noqa: E402  (the same cell names, settings and loop)
 
 MIB = 2 ** 20
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("outdir", type=Path)
-    p.add_argument("--budget-s", type=float, required=True, help="start no cell after this many seconds")
-    p.add_argument("--cells", nargs="+", required=True, metavar="CELL")
-    p.add_argument("--configfile", type=Path, default=REPO / "config" / "gpu.yaml")
-    return p.parse_args(argv)
+    return cell_probe_parser(__doc__).parse_args(argv)
 
 
 def allocated(device: str) -> int | None:
@@ -75,23 +68,7 @@ def summary(rows: list[dict]) -> str:
 def main(argv=None) -> int:
     args = parse_args(argv)
     cells = specs(args.configfile, args.cells)
-    args.outdir.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    rows = []
-    with open(args.outdir / "peak_memory.jsonl", "w") as sink:
-        for name, spec in zip(args.cells, cells):
-            if time.monotonic() - started > args.budget_s:
-                print(f"budget spent: {name} and later cells not run")
-                break
-            for row in both_ways(spec):
-                row["cell"] = name
-                rows.append(row)
-                sink.write(json.dumps(row) + "\n")
-                sink.flush()
-            print(f"{name}: {rows[-2]['peak_mem_bytes']} / {rows[-1]['peak_mem_bytes']} bytes", flush=True)
-    text = summary(rows)
-    (args.outdir / "summary.md").write_text(text)
-    print(text)
+    probe_cells(args.outdir, args.budget_s, args.cells, cells, both_ways, "peak_memory.jsonl", summary)
     return 0
 
 

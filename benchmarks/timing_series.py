@@ -34,12 +34,18 @@ sys.path.insert(0, str(REPO))
 from longca import config as longca_config  # noqa: E402
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cell_probe_parser(doc: str) -> argparse.ArgumentParser:
+    """The arguments every probe of named cells takes (benchmarks/peak_memory.py too)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("outdir", type=Path)
     p.add_argument("--budget-s", type=float, required=True, help="start no cell after this many seconds")
     p.add_argument("--cells", nargs="+", required=True, metavar="CELL")
     p.add_argument("--configfile", type=Path, default=REPO / "config" / "gpu.yaml")
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = cell_probe_parser(__doc__)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--long-rep-ms", type=float, default=1000.0)
     return p.parse_args(argv)
@@ -107,26 +113,35 @@ def summary(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    cells = specs(args.configfile, args.cells)
-    args.outdir.mkdir(parents=True, exist_ok=True)
+def probe_cells(outdir: Path, budget_s: float, names: list[str], cells: list, probe_one, jsonl: str,
+                summary_of) -> list[dict]:
+    """Probe each cell in order (one process), each row to OUTDIR/jsonl as it comes, the summary
+    to OUTDIR/summary.md; no cell starts after ``budget_s``.  benchmarks/peak_memory.py uses it too."""
+    outdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     rows = []
-    with open(args.outdir / "series.jsonl", "w") as sink:
-        for name, spec in zip(args.cells, cells):
-            if time.monotonic() - started > args.budget_s:
+    with open(outdir / jsonl, "w") as sink:
+        for name, spec in zip(names, cells):
+            if time.monotonic() - started > budget_s:
                 print(f"budget spent: {name} and later cells not probed")
                 break
-            for row in probe(spec, args.rounds, args.long_rep_ms):
+            for row in probe_one(spec):
                 row["cell"] = name
                 rows.append(row)
                 sink.write(json.dumps(row) + "\n")
                 sink.flush()
             print(f"{name}: probed", flush=True)
-    text = summary(rows)
-    (args.outdir / "summary.md").write_text(text)
+    text = summary_of(rows)
+    (outdir / "summary.md").write_text(text)
     print(text)
+    return rows
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    cells = specs(args.configfile, args.cells)
+    probe_cells(args.outdir, args.budget_s, args.cells, cells, lambda spec: probe(spec, args.rounds, args.long_rep_ms),
+                "series.jsonl", summary)
     return 0
 
 

@@ -30,4 +30,3 @@ def test_each_cell_runs_as_configured_then_eagerly(tmp_path):
         assert r["peak_mem_bytes"] is None and r["allocated_before"] is None and r["allocated_after"] is None
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert sum(line.startswith("| sdpa/") for line in summary.splitlines()) == 4
-

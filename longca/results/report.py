@@ -313,7 +313,8 @@ def kernel_captions(df: pd.DataFrame, mask: str, ceilings: dict | None) -> tuple
 def _graph_memory_phrase(df: pd.DataFrame) -> str:
     # A CUDA-graph replay allocates nothing: the call's transient buffers were allocated and freed
     # while it was captured.  So for such rows the figure is what was allocated when the replays
-    # began, and a reader comparing kernels' memory must know that it leaves the workspace out.
+    # began: a reader comparing kernels' memory must know that it leaves the workspace out and
+    # counts what earlier cells of the process left allocated (docs/results/README.md, "Peak memory").
     if "timed_via" not in df or not (df["timed_via"] == "graph").any():
         return ""
     return (" For cells timed as CUDA-graph replays (timed via graph) the figure is what was allocated when "

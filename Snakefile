@@ -14,6 +14,12 @@ os.environ["PYTHONPATH"] = os.pathsep.join([workflow.basedir] + [p for p in [os.
 
 configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
+from longca.execution import placement
+
+# `snakemake all` needs no --cores: a local run uses every core (see the function for why this is
+# not in profiles/default).
+placement.use_all_cores_by_default(workflow)
+
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/kernels.smk"
@@ -44,7 +50,7 @@ onstart:
 onerror:
     from longca.results import lost_cells
 
-    lost_cells.record(CFG, KERNEL_CELLS, CP_CELLS, main_log=log)
+    lost_cells.record(CFG, KERNEL_CELLS, CP_CELLS, main_log=log, slurm_logdir=lost_cells.slurm_logdir(workflow))
 
 
 onsuccess:

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .execution import progress  # light (no torch): run-cell's worker client must start fast
+from .execution import kept_rows, progress  # light (no torch): run-cell's worker client must start fast
 
 
 # CellSpec's fields, for building settings from flags without importing torch (the worker client
@@ -29,6 +29,16 @@ def _run_cell(args: argparse.Namespace) -> int:
     # The workflow's naming (the cell's file path under results/cells/kernels/).
     cell_id = args.cell_id or "{kernel}/{mask}/{dtype}_{direction}_{seqlen}".format(**settings)
     timeout = args.timeout or None
+    fingerprint = kept_rows.kernel_fingerprint(settings.get("kernel")) if args.out else None
+    kept = kept_rows.recall(args.out, settings, fingerprint) if fingerprint else None
+    if kept is not None:  # measured by an earlier job that was lost before Snakemake recorded it
+        from .execution.atomic import write_json_atomic
+
+        write_json_atomic(kept, args.out)
+        print(f"{kept['cell_id']}: {kept['status']} (kept row of an earlier job, not measured again)",
+              file=sys.stderr)
+        progress.record(cell_id, kept)
+        return 0
     if args.isolation in ("worker", "resident"):
         from .execution.worker import WorkerError
 
@@ -58,6 +68,7 @@ def _run_cell(args: argparse.Namespace) -> int:
     row["isolation"] = args.isolation  # how the number was measured, for whoever compares rows
     if args.out:
         write_json_atomic(row, args.out)
+        kept_rows.keep(args.out, settings, fingerprint, row)
     else:
         json.dump(row, sys.stdout, indent=1, sort_keys=True, default=str)
         print()
@@ -135,8 +146,16 @@ def _cp_cell(args: argparse.Namespace) -> int:
 
     settings = json.loads(args.settings)
     cell_id = args.cell_id or "{strategy}/{mask}/{dtype}_{direction}_{seqlen}_cp{cp_size}".format(**settings)
-    row = run(settings, args.out, cell_id=cell_id, fingerprint=args.fingerprint, timeout_s=args.timeout,
-              threads=args.threads)
+    if args.unsupported:  # a cell this run cannot place: its row says why, nothing is started
+        from .execution.atomic import write_json_atomic
+        from .execution.cp_launch import failure_row
+
+        row = failure_row(settings, "unsupported", args.unsupported, cell_id=cell_id, fingerprint=args.fingerprint,
+                          wall_s=0.0)
+        write_json_atomic(row, args.out)
+    else:
+        row = run(settings, args.out, cell_id=cell_id, fingerprint=args.fingerprint, timeout_s=args.timeout,
+                  threads=args.threads)
     summary = f"{cell_id}: {row['status']}"
     summary += (f" {row['tflops_per_gpu']:.3f} TFLOPs/s per GPU" if row["status"] == "ok"
                 else f" ({row['reason']})")
@@ -213,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     cpc.add_argument("--fingerprint", default=None)
     cpc.add_argument("--timeout", type=float, default=600, help="seconds before the whole job is killed")
     cpc.add_argument("--threads", type=int, default=0, help="CPU threads for the cell, shared by its ranks")
+    cpc.add_argument("--unsupported", default=None, metavar="REASON",
+                     help="write an `unsupported` row with this reason instead of running the cell")
     cpc.set_defaults(func=_cp_cell)
 
     cps = sub.add_parser("cp-strategies", help="list the CP strategies and their options")

@@ -5,6 +5,15 @@ stopped by PID.  Debian's packages are installed on first use (we run as root, a
 No systemd, no containers: ``ProctrackType=proctrack/linuxproc``, ``TaskPlugin=task/none`` and no
 accounting daemon, so the executor plugin must check job status with ``squeue`` (``MinJobAge``
 keeps finished jobs visible long enough for it).
+
+Nothing outside the temporary directory is written: the system's /etc/slurm is never touched, so
+two test runs on one host (or a login node's real cluster) cannot collide.  Slurm's commands find
+the private config through ``SLURM_CONF``; since the executor plugin strips ``SLURM_*`` variables
+from the commands it runs inside a job, ``bin/`` holds one wrapper per Slurm command that sets it
+and execs the real command, first on ``PATH`` (the jobs inherit ``PATH``).
+
+``gpus_per_node`` > 0 declares that many GPUs per node as gres, backed by empty files standing in
+for /dev/nvidia*: Slurm allocates them and sets ``CUDA_VISIBLE_DEVICES`` in the job.
 """
 
 from __future__ import annotations
@@ -20,6 +29,8 @@ from pathlib import Path
 
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 NODES = ("n1", "n2")
+# The commands LongCA, the executor plugin and the tests call inside and outside jobs.
+COMMANDS = ("sbatch", "srun", "squeue", "scancel", "scontrol", "sinfo", "sacct")
 
 
 def ensure_installed() -> None:
@@ -37,14 +48,26 @@ def _free_port() -> int:
 
 
 class Cluster:
-    def __init__(self, root: Path, cpus_per_node: int = 2):
+    def __init__(self, root: Path, cpus_per_node: int = 2, gpus_per_node: int = 0, memory_mb: int = 2000):
         self.root = Path(root)
         self.cpus = cpus_per_node
+        self.gpus = gpus_per_node
+        self.memory_mb = memory_mb
         self.procs: dict[str, subprocess.Popen] = {}
         self.conf = self.root / "slurm.conf"
-        self.system_conf = Path("/etc/slurm/slurm.conf")
-        self.backup = self.root / "system-slurm.conf.orig"
-        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        self.bin = self.root / "bin"
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf),
+                    "PATH": f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def _write_wrappers(self) -> None:
+        self.bin.mkdir(parents=True, exist_ok=True)
+        for name in COMMANDS:
+            real = shutil.which(name, path=os.environ.get("PATH"))
+            if real is None:
+                continue
+            wrapper = self.bin / name
+            wrapper.write_text(f'#!/bin/sh\nSLURM_CONF="{self.conf}" exec "{real}" "$@"\n')
+            wrapper.chmod(0o755)
 
     def _write_config(self) -> None:
         host = socket.gethostname()
@@ -66,10 +89,22 @@ class Cluster:
             "SchedulerType=sched/backfill", "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
             "ReturnToService=2", "MpiDefault=none", "MinJobAge=600", "SlurmdTimeout=60",
             "KillWait=5", "SchedulerParameters=sched_interval=1",
+            # Nodes may declare more CPUs and memory than this machine has (the GPU test's 8-GPU nodes).
+            "SlurmdParameters=config_overrides",
         ]
+        gres = ""
+        if self.gpus:
+            lines.append("GresTypes=gpu")
+            gres = f" Gres=gpu:{self.gpus}"
+            devices = self.root / "dev"
+            devices.mkdir(exist_ok=True)
+            for i in range(self.gpus):
+                (devices / f"nvidia{i}").touch()
+            # gres.conf sits beside slurm.conf, where slurmd looks for it.
+            (self.root / "gres.conf").write_text(f"Name=gpu File={devices}/nvidia[0-{self.gpus - 1}]\n")
         for name in NODES:
             lines.append(f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} "
-                         f"CPUs={self.cpus} RealMemory=2000 State=UNKNOWN")
+                         f"CPUs={self.cpus} RealMemory={self.memory_mb}{gres} State=UNKNOWN")
         lines.append(f"PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP "
                      "OverSubscribe=FORCE:4")
         (self.root / "state").mkdir(parents=True, exist_ok=True)
@@ -90,13 +125,7 @@ class Cluster:
         # Slurm's auth/munge plugin finds the socket through its config, not the environment.
         with open(self.conf, "a") as f:
             f.write(f"AuthInfo=socket={sock}\n")
-        # Jobs run commands (srun, squeue) whose environment the executor plugin strips of SLURM_*
-        # variables, SLURM_CONF included: they read the default path, as on a real cluster.  An
-        # existing file there is put back by stop().
-        self.system_conf.parent.mkdir(parents=True, exist_ok=True)
-        if self.system_conf.exists() and not self.backup.exists():
-            shutil.copy2(self.system_conf, self.backup)
-        shutil.copy2(self.conf, self.system_conf)
+        self._write_wrappers()
         self.procs["slurmctld"] = subprocess.Popen(["slurmctld", "-D", "-i", "-f", str(self.conf)], env=self.env,
                                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for name in NODES:
@@ -132,7 +161,3 @@ class Cluster:
                     p.kill()
                     p.wait()
         self.procs.clear()
-        if self.backup.exists():
-            shutil.copy2(self.backup, self.system_conf)
-        elif self.system_conf.exists():
-            self.system_conf.unlink()

@@ -1,8 +1,14 @@
 """`snakemake --profile slurm all` against a real SLURM cluster (munged, slurmctld, two slurmd) on
-this machine, through the real executor plugin: kernel cells as grouped jobs, a CP cell spanning
-both nodes (srun starts one torchrun agent per node, gloo), a cancelled job reported as failed cells
-with its SLURM log, and a second run that resubmits only what is missing."""
+this machine, through the real executor plugin, from a private configuration (nothing under /etc):
 
+* CPU nodes: kernel cells as a grouped job, a CP cell spanning both nodes (srun starts one torchrun
+  agent per node, gloo), a cancelled job whose finished cell keeps its row while the lost one is
+  reported with its SLURM log, and a second run that completes only what is missing;
+* nodes declaring 8 GPUs as gres (stand-in device files): the README's SLURM command validates on
+  this GPU-less "login node", and each job asks for what config says - one node's GPUs, CPUs and
+  memory, exclusive, a time limit the partition accepts - whatever `--config` is given."""
+
+import json
 import os
 import shutil
 import subprocess
@@ -28,11 +34,15 @@ CONFIG = {
     "dtypes": ["float32"],
     "heads_q": 4, "heads_kv": 2, "head_dim": 16, "gate_seqlen": 64,
     "timing": {"warmup": 1, "reps": 2},
-    "kernel_options": {"test_sleep": {"seconds": 4.0}},
+    "kernel_options": {"test_sleep": {"seconds": 8.0}},
     "cp_strategies": ["ring"],
     "cp_sizes": [2],
     "ranks_per_node": 1,   # the CP cell spans both nodes, one rank each
+    # Two small CPU nodes, shared by the jobs (the GPU test below checks exclusive nodes).
+    "slurm_cpus_per_cell": 1, "slurm_mem_mb_per_cell": 400, "slurm_exclusive": False,
 }
+SDPA = "results/cells/kernels/sdpa_math/causal/float32_fwd_128.json"
+SLEEP = "results/cells/kernels/test_sleep/causal/float32_fwd_128.json"
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +55,7 @@ def cluster(tmp_path_factory):
         c.stop()
 
 
-def _checkout(dest: Path) -> Path:
+def _checkout(dest: Path, config: dict | None = CONFIG) -> Path:
     """The repository's tracked files (and the `slurm` profile link) in a fresh folder."""
     files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
     for f in files:
@@ -55,7 +65,8 @@ def _checkout(dest: Path) -> Path:
             os.symlink(os.readlink(src), dst)
         elif src.exists():
             shutil.copy2(src, dst)
-    (dest / "config" / "config.yaml").write_text(yaml.safe_dump(CONFIG))
+    if config is not None:
+        (dest / "config" / "config.yaml").write_text(yaml.safe_dump(config))
     return dest
 
 
@@ -70,24 +81,36 @@ def _squeue(cluster):
     return [line.split(None, 2) for line in out.stdout.splitlines() if line.strip()]
 
 
+def _jobs(cluster) -> dict[str, dict[str, str]]:
+    """Every job the controller knows (finished ones stay for MinJobAge), as scontrol's fields."""
+    out = subprocess.run(["scontrol", "show", "job", "-o"], env=cluster.env, capture_output=True, text=True).stdout
+    jobs = {}
+    for line in out.splitlines():
+        fields = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+        if "JobId" in fields:
+            jobs[fields["JobId"]] = fields
+    return jobs
+
+
 def test_profile_runs_grid_on_slurm_and_resubmits_only_lost_cells(cluster, tmp_path):
     work = _checkout(tmp_path / "longca")
     env = _env(cluster)
     run1 = subprocess.Popen(COMMAND, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    # Cancel the kernel-cell job while it sleeps: a job killed from outside, not a cell failing.
+    # Cancel the kernel-cell job once one of its cells has finished and the other still sleeps: a job
+    # killed from outside, not a cell failing.
     cancelled = None
     deadline = time.time() + 240
     while cancelled is None and time.time() < deadline and run1.poll() is None:
+        finished = (work / "results" / "kept" / SDPA.removeprefix("results/cells/")).exists()
         for job_id, state, comment in _squeue(cluster):
             # Only the grouped kernel-cell job: the ceilings and CP jobs run beside it.
-            if state == "RUNNING" and "kernel_cell" in comment:
-                time.sleep(2)
+            if finished and state == "RUNNING" and "kernel_cell" in comment:
                 subprocess.run(["scancel", job_id], env=cluster.env, check=True)
                 cancelled = job_id
                 break
         time.sleep(0.5)
     out1, _ = run1.communicate(timeout=600)
-    assert cancelled, f"no kernel-cell job seen running:\n{out1[-3000:]}"
+    assert cancelled, f"no kernel-cell job seen running with a finished cell:\n{out1[-3000:]}"
     assert run1.returncode != 0, out1[-3000:]
 
     # The CP cell ran across both nodes: srun started one torchrun agent on each.
@@ -95,24 +118,90 @@ def test_profile_runs_grid_on_slurm_and_resubmits_only_lost_cells(cluster, tmp_p
     ring = cp_rows[cp_rows["strategy"] == "ring"].iloc[0]
     assert ring["status"] == "ok", ring["reason"]
     assert ring["nodes"] == 2 and ring["cp_size"] == 2 and ring["slurm_job_id"]
-    # The cancelled job's cells are failed rows naming its SLURM log; their cell files stay missing.
-    kernels = pd.read_parquet(work / "results" / "lost_kernels.parquet")
-    lost = kernels[kernels["reason"].fillna("").str.contains("failed or was cancelled")]
-    assert len(lost) >= 1 and (lost["status"] == "error").all()
-    assert lost["reason"].str.contains(r"SLURM log: .*\.snakemake/slurm_logs/.*\.log").all(), lost["reason"].tolist()
-    missing = {f"results/cells/kernels/{cid}.json" for cid in lost["cell_id"]}
-    assert all(not (work / m).exists() for m in missing)
+    # The cancelled job's finished cell keeps its row (Snakemake deleted its file with the job's
+    # outputs); the cell it cut short is a failed row naming the job's SLURM log.
+    kernels = pd.read_parquet(work / "results" / "lost_kernels.parquet").set_index("kernel")
+    assert kernels.loc["sdpa_math", "status"] == "ok"
+    assert str(kernels.loc["sdpa_math", "slurm_job_id"]) == cancelled
+    lost = kernels.loc["test_sleep"]
+    assert lost["status"] == "error" and "failed or was cancelled" in lost["reason"]
+    assert f".snakemake/slurm_logs/group_kernel_cells/{cancelled}.log" in lost["reason"], lost["reason"]
+    assert not (work / SDPA).exists() and not (work / SLEEP).exists()
 
-    # A dry run plans exactly the lost cells (plus aggregation); the real run completes them.
+    # A dry run plans both cells again (plus aggregation); the real run measures only the lost one
+    # and writes the finished one's kept row back.
     dry = subprocess.run(COMMAND + ["-n"], cwd=work, env=env, capture_output=True, text=True, timeout=300)
     planned = {line.split("output: ")[1].split(",")[0].strip() for line in (dry.stdout + dry.stderr).splitlines()
                if "output: results/cells/" in line}
-    assert planned == missing, (planned, missing)
+    assert planned == {SDPA, SLEEP}, planned
     run2 = subprocess.run(COMMAND, cwd=work, env=env, capture_output=True, text=True, timeout=900)
     assert run2.returncode == 0, (run2.stdout + run2.stderr)[-4000:]
-    kernels = pd.read_parquet(work / "results" / "kernels.parquet")
+    kernels = pd.read_parquet(work / "results" / "kernels.parquet").set_index("kernel")
     assert (kernels["status"] == "ok").all() and len(kernels) == 2
+    assert str(kernels.loc["sdpa_math", "slurm_job_id"]) == cancelled  # measured once, in the cancelled job
+    assert str(kernels.loc["test_sleep", "slurm_job_id"]) != cancelled
     assert (work / "results" / "report.html").exists()
     assert not (work / "results" / "lost").exists() and not (work / "results" / "lost_kernels.parquet").exists()
-    # Kernel cells ran as grouped SLURM jobs, each row with its job id.
-    assert kernels["slurm_job_id"].notna().all()
+    # Kernel cells ran as grouped SLURM jobs, each row with its job id, each in a child of its own.
+    assert kernels["slurm_job_id"].notna().all() and (kernels["isolation"] == "fork").all()
+
+
+# Two 8-GPU nodes, as many CPUs and as much memory as a real one (slurmd accepts the declared sizes).
+GPU_NODE = {"cpus_per_node": 64, "gpus_per_node": 8, "memory_mb": 512000}
+GPU_CONFIG = {
+    "device": "cuda", "kernels": ["sdpa"], "masks": ["full"], "seqlens": [128, 256], "directions": ["fwd"],
+    "dtypes": ["float32"], "heads_q": 4, "heads_kv": 2, "head_dim": 16, "gate_seqlen": 64,
+    "timing": {"warmup": 1, "reps": 2}, "limits": {"cell_timeout_s": 120},
+    "cp_strategies": ["ring"], "cp_sizes": [2], "cp_masks": ["full"], "cp_tokens_per_rank": [64],
+}
+
+
+@pytest.fixture
+def gpu_cluster(tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("slurm_gpu"), **GPU_NODE)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+def test_gpu_jobs_ask_for_one_nodes_gpus_cpus_and_memory_exclusively(gpu_cluster, tmp_path):
+    work = _checkout(tmp_path / "longca", config=None)
+    env = {**_env(gpu_cluster), "CUDA_VISIBLE_DEVICES": ""}  # this "login node" has no GPU
+    # The README's command, as written, is planned here without a GPU: every kernel cell in jobs of
+    # 8 asking for one 8-GPU node, the CP cells for theirs.
+    readme = COMMAND + ["--configfile", "config/gpu.yaml", "--config", "gpus=8", "ranks_per_node=8"]
+    dry = subprocess.run(readme + ["-n"], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert dry.returncode == 0, (dry.stdout + dry.stderr)[-4000:]
+    plan = dry.stdout + dry.stderr
+    assert "no GPU is visible" not in plan
+    assert plan.count("rule kernel_cell:") == 14 * 14 * 8 * 2
+    assert "gres=gpu:8" in plan and "slurm_extra=--exclusive" in plan
+
+    (work / "config" / "small.yaml").write_text(yaml.safe_dump(GPU_CONFIG))
+    # `--config` on the command line, which used to replace the profile's `isolation: fork`.
+    run = subprocess.run(COMMAND + ["--configfile", "config/small.yaml", "--config", "gpus=8", "ranks_per_node=1"],
+                         cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    out = run.stdout + run.stderr
+    jobs = _jobs(gpu_cluster)
+    kernel_jobs = [j for j in jobs.values() if "kernel_cell" in j.get("Comment", "")]
+    cp_jobs = [j for j in jobs.values() if "cp_cell" in j.get("Comment", "")]
+    assert len(kernel_jobs) == 1 and len(cp_jobs) == 1, (jobs, out[-3000:])
+    group = kernel_jobs[0]
+    # One node, its 8 GPUs, the CPUs and memory of the two cells (8 CPUs, 32000 MiB each), alone on
+    # the node, for one cell's limit (2 min) plus start-up.
+    assert group["NumNodes"] == "1" and "gres/gpu=8" in group["TRES"], group
+    assert group["NumCPUs"] == "16" and "mem=64000M" in group["TRES"], group
+    assert group["OverSubscribe"] == "NO" and group["TimeLimit"] == "00:07:00", group
+    # 2 ranks at 1 a node: two nodes, one task (a torchrun agent) each, with its GPU and 8 CPUs.
+    cp = cp_jobs[0]
+    assert cp["NumNodes"] == "2" and cp["NumTasks"] == "2" and cp["CPUs/Task"] == "8", cp
+    assert "gres/gpu=2" in cp["TRES"] and cp["OverSubscribe"] == "NO", cp
+    # Every cell has its row (these GPUs are stand-ins, so the measurements fail as rows), each made
+    # in a child forked by the cell's own process: no worker outlives a job.
+    rows = [json.loads(p.read_text()) for p in (work / "results").glob("**/kernels/sdpa/full/*.json")]
+    assert {r["cell_id"] for r in rows} >= {"sdpa/full/float32_fwd_128", "sdpa/full/float32_fwd_256"}, out[-3000:]
+    assert all(r.get("isolation") in ("fork", None) for r in rows), rows
+    survivors = subprocess.run(["pgrep", "-f", f"longca (worker|lane).*{work}"], capture_output=True, text=True)
+    assert survivors.stdout == "", survivors.stdout

@@ -1,5 +1,6 @@
 """Config keys of the workflow: per-kernel options, limits, isolation, GPUs, CP axes."""
 
+import json
 import os
 import re
 import subprocess
@@ -118,3 +119,46 @@ def test_timing_budget_defaults_by_device_and_enters_cache_keys_only_when_set():
     assert cp_cell_settings(gpu, "ring", "full", 64, 2, "fwd", "float32")["warmup_ms"] == 1000
     explicit = validate({**BASE, "device": "cuda", "timing": {"warmup_ms": 0}})
     assert "warmup_ms" not in cell_settings(explicit, "sdpa", "full", 64, "fwd", "float32")
+
+
+@pytest.mark.slow
+def test_a_cp_cell_needing_more_gpus_than_the_run_sees_is_unsupported_at_once(tmp_path):
+    """One visible GPU: the `gpu` resource is 1, a 1-rank CP cell takes it like any GPU cell, and a
+    2-rank one is not started (two ranks on one GPU hang in NCCL) but becomes an `unsupported` row
+    saying why, in its own file, so a run that has two GPUs measures it."""
+    write_config(tmp_path, {**BASE, "kernels": ["sdpa"], "device": "cuda", "directions": ["fwd"],
+                            "cp_strategies": ["ring"], "cp_sizes": [1, 2], "cp_masks": ["full"]})
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="3")
+    proc = subprocess.run(command(tmp_path, "all", "-n", cores=4), env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert "Provided resources: gpu=1" in out
+    jobs = planned_jobs(out)
+    assert [b for b in jobs["cp_cell"] if "x1.json" in b and "gpu=1" in b], jobs["cp_cell"]
+    assert not [b for b in jobs["cp_cell"] if "x2.json" in b]
+    unplaced = "results/cells/cp_unplaced/ring/full/float32_fwd_64x2.json"
+    assert len(jobs["cp_cell_unplaced"]) == 1 and unplaced in jobs["cp_cell_unplaced"][0]
+    # The row is written at once, by the real rule, without starting torchrun.
+    proc = subprocess.run(command(tmp_path, unplaced, cores=1), env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = json.loads((tmp_path / unplaced).read_text())
+    assert row["status"] == "unsupported" and row["cp_size"] == 2 and row["kind"] == "cp"
+    assert "needs 2 GPUs, one per rank; this run has 1" in row["reason"]
+    # With two GPUs the same cell is an ordinary CP cell holding both.
+    env["CUDA_VISIBLE_DEVICES"] = "3,5"
+    proc = subprocess.run(command(tmp_path, "all", "-n", cores=4), env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = planned_jobs(proc.stdout + proc.stderr)
+    assert [b for b in jobs["cp_cell"] if "x2.json" in b and "gpu=2" in b] and "cp_cell_unplaced" not in jobs
+
+
+def test_gpu_config_validates_on_a_login_node_without_gpus(tmp_path):
+    """A run that submits jobs (Snakemake's --jobs, as the slurm profile sets) needs no GPU where it
+    is started: the jobs ask for theirs."""
+    write_config(tmp_path, {**BASE, "kernels": ["sdpa"], "device": "cuda", "directions": ["fwd"]})
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    local = subprocess.run(command(tmp_path, "all", "-n", cores=1), env=env, capture_output=True, text=True)
+    assert local.returncode != 0 and "no GPU is visible" in local.stdout + local.stderr
+    submit = subprocess.run(command(tmp_path, "all", "-n", "--jobs", "10", cores=1), env=env, capture_output=True,
+                            text=True)
+    assert submit.returncode == 0, submit.stderr[-3000:]

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import kept_rows
 from .atomic import write_json_atomic
 
 # Ranks give up on a collective somewhat before the launcher kills them, so a hung collective is
@@ -116,6 +117,18 @@ def run(settings: dict, out: str, *, cell_id: str, fingerprint: str | None = Non
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     if os.path.exists(out):
         os.remove(out)  # a stale row must not pass for this run's
+    kept = kept_rows.recall(out, settings, fingerprint)
+    if kept is not None:  # measured by an earlier job that was lost before Snakemake recorded it
+        write_json_atomic(kept, out)
+        return kept
+    row = _run(settings, out, cell_id=cell_id, fingerprint=fingerprint, timeout_s=timeout_s, threads=threads,
+               started=started)
+    kept_rows.keep(out, settings, fingerprint, row)
+    return row
+
+
+def _run(settings: dict, out: str, *, cell_id: str, fingerprint: str | None, timeout_s: float, threads: int,
+         started: float) -> dict:
     cmd = torchrun_command(settings, out, cell_id=cell_id, fingerprint=fingerprint, timeout_s=timeout_s,
                            threads=threads)
     slots = _local_gpu_slots(settings)

@@ -20,19 +20,37 @@ from typing import Iterable
 
 from .. import config as longca_config
 from . import parquet as results
+from ..execution import kept_rows
 from ..execution.atomic import write_json_atomic
 
 LOST_DIR = Path("results/lost")
-SLURM_LOG_DIRS = (Path(".snakemake/slurm_logs"),)
+DEFAULT_SLURM_LOGDIR = Path(".snakemake/slurm_logs")
+
+_ENTRY_START = re.compile(r"^\[|^Error in (rule|group) ")
+_LOG_LINE = re.compile(r"^\s*log: (.*?)(?: \(check log file\(s\) for error details\))?$")
+_CELL_OUTPUT = re.compile(r"(results/cells/[^\s,]+\.json)")
 
 
-_SLURM_LOG = re.compile(r"log: (\S*slurm_logs\S*\.log)")
-_CELL_OUTPUT = re.compile(r"output: (results/cells/\S+\.json)")
+def slurm_logdir(workflow) -> Path:
+    """Where the SLURM executor writes each job's log: ``--slurm-logdir`` (relative to the working
+    directory) or its default."""
+    logdir = getattr(getattr(workflow, "executor_settings", None), "logdir", None)
+    return Path(logdir) if logdir else DEFAULT_SLURM_LOGDIR
 
 
-def slurm_logs_by_cell(main_logs) -> dict[str, str]:
-    """Cell file → the SLURM log of the job that failed with it, from Snakemake's own log(s) of the
-    run (an error entry names the job's SLURM log, then the outputs of the jobs in it)."""
+def _is_under(path: str, root: Path) -> bool:
+    p, r = Path(path), Path(root)
+    p = p if p.is_absolute() else Path.cwd() / p
+    r = r if r.is_absolute() else Path.cwd() / r
+    return r == p or r in p.parents
+
+
+def slurm_logs_by_cell(main_logs, logdir: Path = DEFAULT_SLURM_LOGDIR) -> dict[str, str]:
+    """Cell file → the SLURM log of the failed job it was in, from Snakemake's own log(s) of the run.
+
+    Each error entry ("Error in rule …" / "Error in group …") names the outputs of the jobs in it
+    and, on a ``log:`` line beside the rule's own logs, the job's SLURM log: the path under
+    ``logdir``."""
     mapping: dict[str, str] = {}
     if isinstance(main_logs, (str, os.PathLike)):
         main_logs = [main_logs]
@@ -40,50 +58,63 @@ def slurm_logs_by_cell(main_logs) -> dict[str, str]:
     for log in main_logs or ():
         if os.path.exists(log):
             lines += Path(log).read_text(errors="replace").splitlines()
-    current = None
+    entries: list[list[str]] = [[]]
     for line in lines:
-        if line.startswith("["):  # a new timestamped entry
-            current = None
-        if m := _SLURM_LOG.search(line):
-            current = m.group(1)
-        elif (m := _CELL_OUTPUT.search(line)) and current:
-            mapping.setdefault(m.group(1), current)
+        if _ENTRY_START.search(line):
+            entries.append([])
+        entries[-1].append(line)
+    for entry in entries:
+        cells, job_logs = [], []
+        for line in entry:
+            if m := _LOG_LINE.match(line):
+                job_logs += [p.strip() for p in m.group(1).split(",") if _is_under(p.strip(), logdir)]
+            elif "output:" in line:
+                cells += _CELL_OUTPUT.findall(line)
+        if job_logs:
+            for cell in cells:
+                mapping.setdefault(cell, job_logs[-1])
     return mapping
 
 
-def _job_log(cell_path: str) -> str | None:
+def _job_log(cell_path: str, logdir: Path) -> str | None:
     """The newest SLURM log that mentions the cell's output file."""
     found = []
-    for root in SLURM_LOG_DIRS:
-        for log in root.rglob("*.log") if root.exists() else ():
-            try:
-                if cell_path in log.read_text(errors="replace"):
-                    found.append(log)
-            except OSError:
-                continue
+    for log in logdir.rglob("*.log") if logdir.exists() else ():
+        try:
+            if cell_path in log.read_text(errors="replace"):
+                found.append(log)
+        except OSError:
+            continue
     return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
 
 
-def _reason(cell_path: str, known: dict[str, str]) -> str:
-    log = known.get(cell_path) or _job_log(cell_path)
-    where = f"SLURM log: {log}" if log else f"no SLURM log under {', '.join(map(str, SLURM_LOG_DIRS))} mentions it"
+def _reason(cell_path: str, known: dict[str, str], logdir: Path) -> str:
+    log = known.get(cell_path) or _job_log(cell_path, logdir)
+    where = f"SLURM log: {log}" if log else f"no SLURM log under {logdir} mentions it"
     return f"the cell's job failed or was cancelled before the cell wrote its row ({where})"
 
 
-def record(cfg: dict, kernel_cells: Iterable, cp_cells: Iterable, main_log=None) -> list[dict]:
-    """Failure rows for the expected cells with no row; ``main_log``: Snakemake's log(s) of the run."""
+def record(cfg: dict, kernel_cells: Iterable, cp_cells: Iterable, main_log=None,
+           slurm_logdir: Path = DEFAULT_SLURM_LOGDIR) -> list[dict]:
+    """Failure rows for the expected cells with no row; ``main_log``: Snakemake's log(s) of the run.
+
+    A cell whose job failed after the cell had finished has its kept row (Snakemake deleted its
+    file with the job's other outputs): that row stands for it, and the next run writes it back."""
     from ..execution.cp_launch import failure_row as cp_failure_row
     from ..execution.runner import failure_row as kernel_failure_row
 
     lost = []
-    known = slurm_logs_by_cell(main_log)
+    known = slurm_logs_by_cell(main_log, slurm_logdir)
     kernel_rows, cp_rows = [], []
     for cell in kernel_cells:
         if os.path.exists(cell.path):
             kernel_rows.append(cell.path)
             continue
         settings = longca_config.cell_settings(cfg, cell.kernel, cell.mask, cell.seqlen, cell.direction, cell.dtype)
-        row = kernel_failure_row(settings, "error", _reason(cell.path, known), 0.0)
+        if kept := _kept(cell.path, settings):
+            kernel_rows.append(kept)
+            continue
+        row = kernel_failure_row(settings, "error", _reason(cell.path, known, slurm_logdir), 0.0)
         row["cell_id"] = cell.name
         lost.append((cell.path, row))
     for cell in cp_cells:
@@ -92,9 +123,12 @@ def record(cfg: dict, kernel_cells: Iterable, cp_cells: Iterable, main_log=None)
             continue
         settings = longca_config.cp_cell_settings(cfg, cell.strategy, cell.mask, cell.tokens_per_rank,
                                                   cell.cp_size, cell.direction, cell.dtype)
+        if kept := _kept(cell.path, settings):
+            cp_rows.append(kept)
+            continue
         cell_id = cell.path.removeprefix("results/cells/cp/").removesuffix(".json")
-        lost.append((cell.path, cp_failure_row(settings, "error", _reason(cell.path, known), cell_id=cell_id,
-                                               fingerprint=None, wall_s=0.0)))
+        lost.append((cell.path, cp_failure_row(settings, "error", _reason(cell.path, known, slurm_logdir),
+                                               cell_id=cell_id, fingerprint=None, wall_s=0.0)))
     out = []
     for path, row in lost:
         target = LOST_DIR / Path(path).relative_to("results/cells")
@@ -105,6 +139,25 @@ def record(cfg: dict, kernel_cells: Iterable, cp_cells: Iterable, main_log=None)
         results.aggregate(kernel_rows, "results/lost_kernels.parquet", schema=results.KERNEL_SCHEMA)
         results.aggregate(cp_rows, "results/lost_cp.parquet", schema=results.CP_SCHEMA)
     return out
+
+
+def _kept(cell_path: str, settings: dict) -> str | None:
+    """A file holding the cell's kept row when it was measured with these settings (its code
+    fingerprint is checked when the cell runs again), else None."""
+    import json
+
+    path = kept_rows.kept_path(cell_path)
+    if path is None or not path.exists():
+        return None
+    try:
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if kept.get("settings") != json.loads(json.dumps(settings, sort_keys=True)):
+        return None
+    target = LOST_DIR / "kept" / Path(cell_path).relative_to("results/cells")
+    write_json_atomic(kept["row"], target)
+    return str(target)
 
 
 def clear() -> None:

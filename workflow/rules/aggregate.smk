@@ -20,7 +20,7 @@ rule aggregate_kernels:
 rule aggregate_cp:
     # Written (empty, with the full schema) even before any CP cell exists, so readers can rely on it.
     input:
-        [cell.path for cell in CP_CELLS],
+        CP_ROW_FILES,
     output:
         "results/cp.parquet",
     params:

@@ -1,35 +1,44 @@
 # Config validation and grid expansion: everything the other rules ask about the grid.
 import functools
 import json
+import os
 
 from longca import config as longca_config
-from longca.execution import gpu_slots
+from longca.execution import kept_rows, placement, slurm_jobs
 from longca.execution.fingerprint import cp_fingerprint, kernel_fingerprint
 
 # Validated before any job starts; a bad key stops here with a message naming it.
 CFG = longca_config.validate(config)
 KERNEL_CELLS = list(longca_config.kernel_cells(CFG))
-CP_CELLS = list(longca_config.cp_cells(CFG))
+ALL_CP_CELLS = list(longca_config.cp_cells(CFG))
 MASK_NAMES = [entry.name for entry in longca_config.mask_entries(CFG)]
 # The interpreter that runs the cells: in the shell command, not in params, so running `snakemake`
 # or `python -m snakemake` (two paths of one interpreter) does not rerun every cell.
 PYTHON = sys.executable
+# Where this run's cells are measured, decided while the Snakefile is read (before Snakemake names
+# its executor): here, or in cluster jobs (longca.execution.placement says how it tells).
+PLACEMENT = placement.of_run(workflow)
+# A warm worker or resident lane must not outlive a cluster job: cells there fork their own child.
+ISOLATION = placement.isolation(CFG, PLACEMENT)
 # Isolation and limits reach run-cell as flags, not params: a limit is not part of any cache key.
-LIMIT_FLAGS = longca_config.cell_limits(CFG)
+LIMIT_FLAGS = longca_config.cell_limits({**CFG, "isolation": ISOLATION})
 CP_TIMEOUT_S = CFG["limits"]["cell_timeout_s"]  # the CP cell's limit, likewise no part of its key
-# GPU cells: one slot per device (longca.execution.gpu_slots picks the device; this only sizes the concurrency).
-# Under a cluster executor (SLURM) the jobs run on other machines: the submit host needs no GPU, and
-# `gpus` (default 1) is what each node offers a kernel cell job.
-if workflow.local_exec:
-    GPUS = len(gpu_slots.visible_devices(CFG["gpus"])) if CFG["device"] == "cuda" else 0
-    if CFG["device"] == "cuda" and not GPUS:
-        raise longca_config.ConfigError("config.device: cuda, but no GPU is visible "
-                                        "(CUDA_VISIBLE_DEVICES is empty and nvidia-smi lists none)")
-else:
-    GPUS = (CFG["gpus"] or 1) if CFG["device"] == "cuda" else 0
+# GPUs: here (or inside a cluster job), the devices this process sees; for a run that submits jobs,
+# each node's GPUs (the submit host needs none).
+GPUS = placement.gpus(CFG, PLACEMENT)
+if PLACEMENT == placement.LOCAL and GPUS and "gpu" not in workflow.global_resources:
+    # One `gpu` per device unless `--resources gpu=N` says otherwise: cells that hold GPUs never
+    # ask for more than this machine has.
+    workflow.register_resource("gpu", GPUS)
+# CP cells this run can place (the others get an `unsupported` row saying why, rule cp_cell_unplaced).
+UNPLACED_CP = {cell: reason for cell in ALL_CP_CELLS
+               if (reason := placement.unplaced_reason(CFG, PLACEMENT, GPUS, cell.cp_size))}
+CP_CELLS = [cell for cell in ALL_CP_CELLS if cell not in UNPLACED_CP]
+# Every CP row of the grid: the placed cells' and the unplaced ones'.
+CP_ROW_FILES = [cell.path for cell in CP_CELLS] + [
+    cell.path.replace("results/cells/cp/", "results/cells/cp_unplaced/", 1) for cell in UNPLACED_CP]
 # Partition and account for every job (config or environment); nothing when neither is set.
-SLURM_RESOURCES = longca_config.slurm_resources(CFG)
-
+SLURM_RESOURCES = longca_config.slurm_resources(CFG) if PLACEMENT != placement.LOCAL else {}
 
 wildcard_constraints:
     seqlen=r"\d+",
@@ -51,28 +60,34 @@ def cached_kernel_fingerprint(kernel: str) -> str:
     return kernel_fingerprint(kernel)
 
 
+# Cells keep a copy of each row they write with the fingerprint of its code
+# (longca.execution.kept_rows): a rerun after a lost job reuses the rows of the same code and
+# settings, and the kernel cells' client learns the fingerprints here, without importing torch.
+os.environ[kept_rows.FINGERPRINTS_ENV] = json.dumps(
+    {kernel: cached_kernel_fingerprint(kernel) for kernel in CFG["kernels"]}, sort_keys=True)
+
+
 # Resident lanes (longca.execution.resident) measure each device's cells one at a time in a long-lived process;
 # the cell's job is then a thin client that waits on the device's slot, so locally it takes one core
 # and no `gpu` resource: Snakemake keeps several clients in flight and the next cell is already
 # queued when one finishes (CP cells take the GPU slots themselves, so they still never share a GPU
-# with a kernel cell).  On a cluster each job is its own allocation and asks SLURM for its GPU.
-RESIDENT_CLIENTS = CFG["isolation"] == "resident" and workflow.local_exec
-# GPU cells ask for one GPU (the SLURM executor turns this into a GPU request); CPU cells ask for no
-# extra resource, which keeps Snakemake's per-job resource evaluation short.
-GPU_JOB_RESOURCES = {**({"gpu": 1} if GPUS else {}), **SLURM_RESOURCES}
-CELL_RESOURCES = SLURM_RESOURCES if RESIDENT_CLIENTS else GPU_JOB_RESOURCES
-
-# A constant, not a function of the wildcards: Snakemake inspects and calls every function-valued
-# directive once per job, which is most of a 10,000-cell dry run's time.
-if GPUS:
-    # GPU cells: up to one per GPU at once, the cores shared between them.
-    MEASURE_THREADS = CFG["threads"] or max(1, workflow.cores // GPUS)
-else:
+# with a kernel cell).
+RESIDENT_CLIENTS = ISOLATION == "resident" and PLACEMENT == placement.LOCAL
+if PLACEMENT == placement.LOCAL:
     # CPU cells take every core they are given one at a time, so concurrent cells never share cores
-    # and skew each other's timings.
-    MEASURE_THREADS = CFG["threads"] or workflow.cores
-# Threads a cell's job takes (the measurement's own threads are MEASURE_THREADS).
-CELL_THREADS = 1 if RESIDENT_CLIENTS else MEASURE_THREADS
+    # and skew each other's timings; GPU cells run up to one per GPU, the cores shared between them.
+    MEASURE_THREADS = CFG["threads"] or max(1, workflow.cores // max(GPUS, 1))
+    CELL_THREADS = 1 if RESIDENT_CLIENTS else MEASURE_THREADS
+    GPU_JOB_RESOURCES = {"gpu": 1} if GPUS else {}  # one measurement on one device (a cell, the ceilings)
+    CELL_RESOURCES = {} if RESIDENT_CLIENTS else GPU_JOB_RESOURCES
+else:
+    # A cluster job: CPUs, memory, GPUs and time limit from config (longca.execution.slurm_jobs).
+    MEASURE_THREADS = CELL_THREADS = slurm_jobs.cell_cpus(CFG)
+    GPU_JOB_RESOURCES = {**slurm_jobs.kernel_cell_resources(CFG), **SLURM_RESOURCES,
+                         "runtime": slurm_jobs.kernel_cell_runtime(CFG, 1)}
+    # The cells' group job: its time limit follows the group size, known once Snakemake builds the DAG.
+    CELL_RESOURCES = {**GPU_JOB_RESOURCES,
+                      "runtime": lambda wc: slurm_jobs.kernel_cell_runtime(CFG, placement.kernel_cells_per_job(workflow))}
 
 
 def planned_cell_jobs() -> int:

@@ -7,16 +7,17 @@ def cp_cell_settings(wildcards) -> str:
     return json.dumps(settings, sort_keys=True)
 
 
-def cp_cell_nodes(wildcards) -> int:
-    return longca_config.cp_nodes(int(wildcards.cp_size), CFG["ranks_per_node"])
-
-
 @functools.lru_cache(maxsize=None)
 def cached_cp_fingerprint(strategy: str) -> str:
     from longca import cp as longca_cp
 
     local_kernel = {**longca_cp.get(strategy).options, **CFG["cp_options"].get(strategy, {})}.get("local_kernel")
     return cp_fingerprint(strategy, local_kernel)
+
+
+def cp_job_resource(key: str):
+    """One sbatch resource of a CP cell's job, by its size (longca.execution.slurm_jobs)."""
+    return lambda wc: slurm_jobs.cp_cell_resources(CFG, int(wc.cp_size))[key]
 
 
 rule cp_cell:
@@ -27,19 +28,34 @@ rule cp_cell:
     params:
         settings=cp_cell_settings,
         fingerprint=lambda wc: cached_cp_fingerprint(wc.strategy),
-    threads: MEASURE_THREADS
+    threads: lambda wc: MEASURE_THREADS if PLACEMENT == placement.LOCAL else slurm_jobs.cp_cell_threads(CFG, int(wc.cp_size))
     resources:
+        # Locally a CP cell holds cp_size GPUs of the `gpu` resource (one per visible device), so it
+        # never shares a GPU with another cell.  On SLURM it is one job of ceil(cp_size /
+        # ranks_per_node) nodes, one task per node (srun starts a torchrun agent on each), with each
+        # node's GPUs as gres (longca.execution.slurm_jobs).
         **SLURM_RESOURCES,
-        # Locally a CP cell holds cp_size GPUs (`--resources gpu=N` keeps cells from sharing GPUs).
-        # On SLURM a cell spanning several nodes is one task per node (srun starts torchrun on each)
-        # with its GPUs per node as gres: the plugin's `gpu` is a per-job total.
-        gpu=lambda wc: int(wc.cp_size) if GPUS and cp_cell_nodes(wc) == 1 else 0,
-        gres=lambda wc: f"gpu:{CFG['ranks_per_node']}" if GPUS and cp_cell_nodes(wc) > 1 else "",
-        nodes=cp_cell_nodes,
-        tasks=cp_cell_nodes,
-        mpi=lambda wc: "srun" if cp_cell_nodes(wc) > 1 else "",
+        **({} if PLACEMENT != placement.LOCAL else {"gpu": lambda wc: int(wc.cp_size) if GPUS else 0}),
+        **({} if PLACEMENT == placement.LOCAL else
+           {key: cp_job_resource(key) for key in slurm_jobs.cp_cell_resources(CFG, 1)}),
     shell:
         "{PYTHON} -m longca cp-cell --settings {params.settings:q} --threads {threads} "
         "--timeout {CP_TIMEOUT_S} --fingerprint {params.fingerprint} "
         "--cell-id {wildcards.strategy}/{wildcards.mask}/{wildcards.dtype}_{wildcards.direction}_{wildcards.tokens}x{wildcards.cp_size} "
         "--out {output} 2> {log}"
+
+
+# A CP cell this run cannot place (more ranks than GPUs here): an `unsupported` row at once, saying
+# why, in a file of its own, so that a run with enough GPUs measures the cell.
+rule cp_cell_unplaced:
+    output:
+        "results/cells/cp_unplaced/{strategy}/{mask}/{dtype}_{direction}_{tokens}x{cp_size}.json",
+    params:
+        settings=cp_cell_settings,
+        reason=lambda wc: UNPLACED_CP[longca_config.CPCell(wc.strategy, wc.mask, int(wc.tokens), int(wc.cp_size),
+                                                           wc.direction, wc.dtype)],
+    localrule: True
+    shell:
+        "{PYTHON} -m longca cp-cell --settings {params.settings:q} --unsupported {params.reason:q} "
+        "--cell-id {wildcards.strategy}/{wildcards.mask}/{wildcards.dtype}_{wildcards.direction}_{wildcards.tokens}x{wildcards.cp_size} "
+        "--out {output}"

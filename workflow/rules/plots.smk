@@ -18,7 +18,7 @@ def code_fingerprint(*paths: str) -> str:
 # The figures draw the tables of longca/results/tables.py: editing either redraws them.
 PLOT_CODE = code_fingerprint("longca/results/plots.py", "longca/results/tables.py", "longca/execution/ceilings.py")
 # CP figures exist once CP cells do (one per mask the CP grid covers); with none, the report says so.
-CP_MASKS = [m for m in MASK_NAMES if m in {getattr(c, "mask", m) for c in CP_CELLS}] if CP_CELLS else []
+CP_MASKS = [m for m in MASK_NAMES if m in {c.mask for c in ALL_CP_CELLS}]
 
 
 localrules:

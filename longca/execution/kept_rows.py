@@ -1,0 +1,67 @@
+"""Kept rows: a copy of every row a cell writes, outside what Snakemake may delete.
+
+When a job fails, Snakemake deletes the outputs of every job in it, the cells that had already
+finished included: a SLURM group of kernel cells that is cancelled or hits its time limit would
+lose all its work.  So each cell also writes its row under ``results/kept/`` (the same relative
+path as under ``results/cells/``) together with the settings and the code fingerprint it was
+measured with, and a cell asked to run again first looks there: a row of the same settings and
+code is written back instead of measured again.  A change of settings or code still re-measures
+(Snakemake reruns the cell because its params changed, and the kept row no longer matches).
+
+Free of heavy imports: the thin ``run-cell`` client uses it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .atomic import write_json_atomic
+
+CELLS = Path("results/cells")
+KEPT = Path("results/kept")
+# The Snakefile puts each kernel's code fingerprint here (JSON object), so that the client can
+# check a kept row without importing torch to compute it.
+FINGERPRINTS_ENV = "LONGCA_KERNEL_FINGERPRINTS"
+
+
+def kept_path(out: str | os.PathLike) -> Path | None:
+    """Where the kept copy of the row at ``out`` lives; None for a file outside results/cells."""
+    out = Path(out)
+    try:
+        relative = out.relative_to(CELLS) if not out.is_absolute() else out.relative_to(Path.cwd() / CELLS)
+    except ValueError:
+        return None
+    return KEPT / relative
+
+
+def kernel_fingerprint(kernel: str) -> str | None:
+    """The fingerprint the Snakefile computed for ``kernel`` (None outside a workflow run)."""
+    try:
+        return json.loads(os.environ.get(FINGERPRINTS_ENV, "{}")).get(kernel)
+    except ValueError:
+        return None
+
+
+def keep(out: str | os.PathLike, settings: dict, fingerprint: str | None, row: dict) -> None:
+    path = kept_path(out)
+    if path is None or not fingerprint:
+        return
+    write_json_atomic({"settings": settings, "fingerprint": fingerprint, "row": row}, path)
+
+
+def recall(out: str | os.PathLike, settings: dict, fingerprint: str | None) -> dict | None:
+    """The kept row for ``out`` if it was measured with exactly these settings and this code."""
+    path = kept_path(out)
+    if path is None or not fingerprint or not path.exists():
+        return None
+    try:
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    # Through JSON both ways, so that tuples and lists, ints and floats compare as they were written.
+    same_settings = json.loads(json.dumps(settings, sort_keys=True)) == kept.get("settings")
+    if not same_settings or kept.get("fingerprint") != fingerprint:
+        return None
+    return kept.get("row")

@@ -1,0 +1,122 @@
+"""What each SLURM job asks for, from config (longca.execution.slurm_jobs), and the pieces that keep a
+failed job's finished rows (longca.execution.kept_rows, longca.results.lost_cells)."""
+
+import json
+
+import pytest
+
+from longca.config import ConfigError, validate
+from longca.execution import kept_rows, placement, slurm_jobs
+from longca.results import lost_cells
+
+GPU = {"device": "cuda", "kernels": ["sdpa"], "masks": ["full"], "seqlens": [1024], "cp_strategies": []}
+
+
+def test_defaults_fit_an_eight_gpu_node():
+    cfg = validate(GPU)
+    assert slurm_jobs.gpus_per_node(cfg) == 8 and slurm_jobs.ranks_per_node(cfg) == 8
+    cell = slurm_jobs.kernel_cell_resources(cfg)
+    assert cell == {"mem_mb": 32000, "gres": "gpu:8", "slurm_extra": "--exclusive"}
+    # 8 cells a job (the profile's group size): one per GPU, the job's time one cell's limit plus start-up.
+    assert slurm_jobs.kernel_cell_runtime(cfg, 8) == 10 + slurm_jobs.START_UP_MIN
+    # 16 cells queue on 8 GPUs: twice that; a partition's limit caps it.
+    assert slurm_jobs.kernel_cell_runtime(cfg, 16) == 2 * (10 + slurm_jobs.START_UP_MIN)
+    capped = validate({**GPU, "slurm_max_runtime_min": 20})
+    assert slurm_jobs.kernel_cell_runtime(capped, 64) == 20
+
+
+def test_a_cp_job_is_one_task_per_node_with_that_nodes_gpus():
+    cfg = validate({**GPU, "ranks_per_node": 8, "slurm_cpus_per_cell": 12, "slurm_mem_mb_per_cell": 4000})
+    two_nodes = slurm_jobs.cp_cell_resources(cfg, 16)
+    assert two_nodes == {"nodes": 2, "tasks": 2, "tasks_per_gpu": 0, "mpi": "srun", "mem_mb": 8 * 4000,
+                         "runtime": 15, "gres": "gpu:8", "slurm_extra": "--exclusive"}
+    assert slurm_jobs.cp_cell_threads(cfg, 16) == 8 * 12  # --cpus-per-task: the node's ranks' CPUs
+    one_node = slurm_jobs.cp_cell_resources(cfg, 4)
+    assert (one_node["nodes"], one_node["gres"], one_node["mpi"], one_node["mem_mb"]) == (1, "gpu:4", "", 16000)
+    shared = validate({**GPU, "slurm_exclusive": False})
+    assert "slurm_extra" not in slurm_jobs.cp_cell_resources(shared, 2)
+    assert "slurm_extra" not in slurm_jobs.kernel_cell_resources(shared)
+
+
+def test_cpu_cells_ask_for_no_gpu():
+    cfg = validate({**GPU, "device": "cpu"})
+    assert "gres" not in slurm_jobs.kernel_cell_resources(cfg)
+    assert slurm_jobs.kernel_cell_runtime(cfg, 16) == 10 + slurm_jobs.START_UP_MIN  # side by side
+    assert "gres" not in slurm_jobs.cp_cell_resources(cfg, 2)
+
+
+@pytest.mark.parametrize("key, value", [("slurm_cpus_per_cell", 0), ("slurm_mem_mb_per_cell", 10),
+                                        ("slurm_max_runtime_min", 0), ("slurm_exclusive", "maybe")])
+def test_bad_slurm_keys_are_named(key, value):
+    with pytest.raises(ConfigError, match=f"config.{key}"):
+        validate({**GPU, key: value})
+
+
+def test_a_cluster_jobs_cells_fork_their_own_child():
+    cfg = validate(GPU)
+    assert cfg["isolation"] == "resident"
+    assert placement.isolation(cfg, placement.LOCAL) == "resident"
+    assert placement.isolation(cfg, placement.SUBMITS_JOBS) == "resident"  # the submit host measures nothing
+    assert placement.isolation(cfg, placement.IN_CLUSTER_JOB) == "fork"
+
+
+def test_unplaced_reason_only_for_local_gpu_runs_short_of_gpus():
+    cfg = validate(GPU)
+    assert placement.unplaced_reason(cfg, placement.LOCAL, 1, 2).startswith("needs 2 GPUs")
+    assert placement.unplaced_reason(cfg, placement.LOCAL, 2, 2) is None
+    assert placement.unplaced_reason(cfg, placement.SUBMITS_JOBS, 8, 16) is None
+    assert placement.unplaced_reason(validate({**GPU, "device": "cpu"}), placement.LOCAL, 0, 2) is None
+
+
+def test_a_kept_row_comes_back_only_for_the_same_settings_and_code(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = "results/cells/kernels/sdpa/full/float32_fwd_64.json"
+    settings = {"kernel": "sdpa", "seqlen": 64, "mask_params": {"window": (1, 2)}}
+    row = {"cell_id": "sdpa/full/float32_fwd_64", "status": "ok", "tflops": 1.5}
+    kept_rows.keep(out, settings, "abc", row)
+    assert (tmp_path / "results/kept/kernels/sdpa/full/float32_fwd_64.json").exists()
+    assert kept_rows.recall(out, settings, "abc") == row
+    assert kept_rows.recall(str(tmp_path / out), settings, "abc") == row  # an absolute path names the same cell
+    assert kept_rows.recall(out, settings, "abd") is None  # other code
+    assert kept_rows.recall(out, {**settings, "seqlen": 128}, "abc") is None  # other settings
+    assert kept_rows.recall(out, settings, None) is None
+    assert kept_rows.kept_path("elsewhere/row.json") is None
+    monkeypatch.setenv(kept_rows.FINGERPRINTS_ENV, json.dumps({"sdpa": "abc"}))
+    assert kept_rows.kernel_fingerprint("sdpa") == "abc" and kept_rows.kernel_fingerprint("flex") is None
+
+
+# What Snakemake 9 writes to its log when SLURM jobs fail: a single rule's job (the SLURM log listed
+# after the rule's own log) and a group job (its jobs' outputs, then the group's SLURM log).
+MAIN_LOG = """\
+[Wed Nov 25 13:00:00 2026]
+Error in rule cp_cell:
+    message: SLURM-job '7' failed, SLURM status is: 'CANCELLED'.
+    jobid: 12
+    output: results/cells/cp/ring/causal/float32_fwd_128x2.json
+    log: results/logs/cp/ring/causal/float32_fwd_128x2.log, {logdir}/rule_cp_cell/ring_causal/7.log (check log file(s) for error details)
+    external_jobid: 7
+[Wed Nov 25 13:00:05 2026]
+Error in group kernel_cells:
+    message: SLURM-job '9' failed, SLURM status is: 'CANCELLED'.
+    jobs:
+        rule kernel_cell:
+            jobid: 3
+            output: results/cells/kernels/test_sleep/causal/float32_fwd_128.json
+            log: results/logs/kernels/test_sleep/causal/float32_fwd_128.log (check log file(s) for error details)
+        rule kernel_cell:
+            jobid: 4
+            output: results/cells/kernels/sdpa_math/causal/float32_fwd_128.json
+    log: {logdir}/group_kernel_cells/9.log (check log file(s) for error details)
+"""
+
+
+@pytest.mark.parametrize("logdir", [".snakemake/slurm_logs", "/scratch/me/logs"])
+def test_lost_cells_name_their_jobs_slurm_log(tmp_path, logdir):
+    log = tmp_path / "snakemake.log"
+    log.write_text(MAIN_LOG.format(logdir=logdir))
+    found = lost_cells.slurm_logs_by_cell([log], lost_cells.Path(logdir))
+    assert found == {
+        "results/cells/cp/ring/causal/float32_fwd_128x2.json": f"{logdir}/rule_cp_cell/ring_causal/7.log",
+        "results/cells/kernels/test_sleep/causal/float32_fwd_128.json": f"{logdir}/group_kernel_cells/9.log",
+        "results/cells/kernels/sdpa_math/causal/float32_fwd_128.json": f"{logdir}/group_kernel_cells/9.log",
+    }

@@ -6,6 +6,7 @@ set -u
 usage() {
     cat <<'EOF'
 usage: benchmarks/gpu_grid.sh OUTDIR [--budget-s N] [--work DIR] [--overrides FILE] [-- SNAKEMAKE_ARGS...]
+       benchmarks/gpu_grid.sh OUTDIR [--budget-s N] --as-written
 
 Runs `snakemake all --configfile config/gpu.yaml [FILE] --cores 8 --resources gpu=<GPUs>` in DIR
 (default: the repository root, so results/ is the run's) on the GPUs in CUDA_VISIBLE_DEVICES (default:
@@ -24,6 +25,9 @@ options:
   --budget-s N      seconds this script may take (default 600, at least 60)
   --work DIR        the run directory (default: the repository root)
   --overrides FILE  a config file merged over config/gpu.yaml (say what you narrowed)
+  --as-written      run the README's one-box command exactly as a user types it,
+                    `snakemake all --configfile config/gpu.yaml` in the repository root (`snakemake`
+                    from PATH, every visible GPU, nothing added); with neither --work nor --overrides
   -h, --help        this text
 Arguments after `--` go to Snakemake (e.g. `-- -n` lists the jobs without running them).
 Python: $PYTHON (default python3).
@@ -32,7 +36,7 @@ EOF
 
 die() { echo "gpu_grid.sh: $*" >&2; echo "(benchmarks/gpu_grid.sh --help for usage)" >&2; exit 2; }
 
-OUTDIR="" BUDGET_S=600 WORK="" OVERRIDES=""
+OUTDIR="" BUDGET_S=600 WORK="" OVERRIDES="" AS_WRITTEN=""
 SNAKEMAKE_ARGS=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -40,6 +44,7 @@ while [ $# -gt 0 ]; do
         --budget-s) [ $# -ge 2 ] || die "--budget-s needs a number of seconds"; BUDGET_S=$2; shift 2 ;;
         --work) [ $# -ge 2 ] || die "--work needs a folder"; WORK=$2; shift 2 ;;
         --overrides) [ $# -ge 2 ] || die "--overrides needs a config file"; OVERRIDES=$2; shift 2 ;;
+        --as-written) AS_WRITTEN=1; shift ;;
         --) shift; SNAKEMAKE_ARGS=("$@"); break ;;
         -*) die "unknown option $1" ;;
         *) [ -z "$OUTDIR" ] || die "one output folder only (got $OUTDIR and $1)"; OUTDIR=$1; shift ;;
@@ -48,6 +53,8 @@ done
 [ -n "$OUTDIR" ] || die "missing OUTDIR: the folder the results go to"
 [[ "$BUDGET_S" =~ ^[0-9]+$ ]] && [ "$BUDGET_S" -ge 60 ] || die "--budget-s must be a whole number of seconds, at least 60"
 [ -z "$OVERRIDES" ] || [ -f "$OVERRIDES" ] || die "--overrides: $OVERRIDES is not a file"
+[ -z "$AS_WRITTEN" ] || [ -z "$WORK$OVERRIDES${SNAKEMAKE_ARGS[*]}" ] \
+    || die "--as-written runs the README's command unchanged: no --work, --overrides or Snakemake arguments"
 PYTHON=${PYTHON:-python3}
 mkdir -p "$OUTDIR" || die "cannot create $OUTDIR"
 OUTDIR=$(cd "$OUTDIR" && pwd)
@@ -88,12 +95,18 @@ fi
 left=$((BUDGET_S - 30))
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 t0=$SECONDS
-cells_before=$(find "$WORK/results/cells/kernels" -name '*.json' 2>/dev/null | wc -l)
+count_cells() { find "$WORK/results/cells/$1" -name '*.json' 2>/dev/null | wc -l; }
+cells_before=$(count_cells kernels) cp_before=$(count_cells cp)
 VISIBLE=$(IFS=,; echo "${GPUS[*]}")
 WORKFLOW=(-s "$REPO/Snakefile" --directory "$WORK" --configfile "$REPO/config/gpu.yaml" ${OVERRIDES:+"$OVERRIDES"})
-# Targets first: --configfile and --resources take every word after them.
-CUDA_VISIBLE_DEVICES=$VISIBLE timeout -s INT -k 20 "$left" "$PYTHON" -m snakemake all "${WORKFLOW[@]}" --cores 8 \
-    --resources gpu=${#GPUS[@]} ${SNAKEMAKE_ARGS[@]+"${SNAKEMAKE_ARGS[@]}"} >> "$OUTDIR/snakemake.log" 2>&1
+if [ -n "$AS_WRITTEN" ]; then
+    # What a user types in the repository root; Snakemake finds the GPUs (and the cores) itself.
+    (cd "$REPO" && timeout -s INT -k 20 "$left" snakemake all --configfile config/gpu.yaml) >> "$OUTDIR/snakemake.log" 2>&1
+else
+    # Targets first: --configfile and --resources take every word after them.
+    CUDA_VISIBLE_DEVICES=$VISIBLE timeout -s INT -k 20 "$left" "$PYTHON" -m snakemake all "${WORKFLOW[@]}" --cores 8 \
+        --resources gpu=${#GPUS[@]} ${SNAKEMAKE_ARGS[@]+"${SNAKEMAKE_ARGS[@]}"} >> "$OUTDIR/snakemake.log" 2>&1
+fi
 code=$?
 if [ "$code" -eq 137 ]; then
     # Snakemake did not stop within 20 s of SIGINT (a long cell was still running) and was killed, so
@@ -104,8 +117,8 @@ if [ "$code" -eq 137 ]; then
         && echo "gpu_grid.sh: Snakemake was killed 20 s after SIGINT; its lock on $WORK is removed" \
         || echo "gpu_grid.sh: Snakemake was killed 20 s after SIGINT and \`snakemake --unlock\` failed (see $OUTDIR/snakemake.log)" >&2
 fi
-cells_after=$(find "$WORK/results/cells/kernels" -name '*.json' 2>/dev/null | wc -l)
-echo "$started $((SECONDS - t0)) s exit $code kernel cells $cells_before -> $cells_after" >> "$OUTDIR/runs.txt"
+cells_after=$(count_cells kernels) cp_after=$(count_cells cp)
+echo "$started $((SECONDS - t0)) s exit $code kernel cells $cells_before -> $cells_after cp cells $cp_before -> $cp_after" >> "$OUTDIR/runs.txt"
 [ -z "$SMI" ] || kill "$SMI" 2>/dev/null
 [ ! -d "$WORK/results" ] || cp -r "$WORK/results" "$OUTDIR/"
 echo "gpu_grid.sh: $((SECONDS - t0)) s, snakemake exit $code, kernel cells $cells_before -> $cells_after; in $OUTDIR"

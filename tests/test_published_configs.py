@@ -27,7 +27,8 @@ def test_gpu_config_is_the_paper_scale_grid():
     # The CUDA defaults: timed by budget, in a resident measuring process.
     assert (cfg["timing"]["warmup_ms"], cfg["timing"]["warmup_max_ms"], cfg["timing"]["rep_ms"]) == (25, 1000, 100)
     assert cfg["isolation"] == "resident"
-    assert len(cfg["cp_strategies"]) == 6 and cfg["cp_sizes"] == [2]
+    # CP at every size up to a node: one GPU measures cp_size 1, the rest are rows saying what they need.
+    assert len(cfg["cp_strategies"]) == 6 and cfg["cp_sizes"] == [1, 2, 4, 8]
 
 
 def test_render_results_reports_exactly_the_cells_that_finished(tmp_path):

@@ -114,6 +114,7 @@ def test_profile_runs_grid_on_slurm_and_resubmits_only_lost_cells(cluster, tmp_p
     assert run1.returncode != 0, out1[-3000:]
 
     # The CP cell ran across both nodes: srun started one torchrun agent on each.
+    assert (work / "results" / "lost_cp.parquet").exists(), out1[-5000:]
     cp_rows = pd.read_parquet(work / "results" / "lost_cp.parquet")
     ring = cp_rows[cp_rows["strategy"] == "ring"].iloc[0]
     assert ring["status"] == "ok", ring["reason"]

@@ -42,7 +42,7 @@ def test_limits_and_isolation_have_defaults_and_become_flags():
     ({"limits": {"timeout": 5}}, "config.limits"),
     ({"isolation": "threads"}, "config.isolation"),
     ({"gpus": -1}, "config.gpus"),
-    ({"cp_sizes": [1]}, "config.cp_sizes[0]"),
+    ({"cp_sizes": [0]}, "config.cp_sizes[0]"),
     ({"cp_strategies": ["ring"]}, "config.cp_sizes: CP strategies are listed but no CP size"),
     ({"cp_strategies": ["spiral"], "cp_sizes": [2]}, "config.cp_strategies[0]: unknown CP strategy 'spiral'"),
     ({"cp_options": {"ring": {"degree": 2}}}, "config.cp_options.ring: unknown option 'degree'"),

@@ -186,6 +186,7 @@ def validate(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
     config.setdefault("isolation", defaults["isolation"])
     _inline_histograms(config)
     _check_semantics(config)
+    _select_cp_masks(config)
     return config
 
 
@@ -297,14 +298,30 @@ def _cp_problems(config: dict, mask_labels: set[str]) -> list[str]:
             problems.append(f"config.cp_options.{name}: unknown option {key!r} "
                             f"(it accepts: {', '.join(sorted(accepted))})")
     # With no strategy the CP axes are unused; a config that narrows `masks` and turns CP off must
-    # not fail on the default grid's `cp_masks`.
+    # not fail on the default grid's `cp_masks`.  A pattern name that `masks` leaves out is dropped
+    # (_select_cp_masks); a name that is neither is a typo.
     for i, name in enumerate((config["cp_masks"] or []) if config["cp_strategies"] else []):
-        if name not in mask_labels:
+        if name not in mask_labels and name not in masks.PATTERNS and name not in masks.EXTRA_PATTERNS:
             problems.append(f"config.cp_masks[{i}]: {name!r} is not one of config.masks "
-                            f"({', '.join(sorted(mask_labels))})")
+                            f"({', '.join(sorted(mask_labels))}) nor a mask pattern")
     if config["cp_strategies"] and not config["cp_sizes"]:
         problems.append("config.cp_sizes: CP strategies are listed but no CP size")
     return problems
+
+
+def _select_cp_masks(config: dict) -> None:
+    """`cp_masks` selects among `masks`: CP cells run for the masks in both.  A mask pattern that
+    `masks` leaves out (the default grid's `causal` under `--config 'masks=[full]'`) is dropped with
+    one note naming it, so narrowing `masks` never needs `cp_masks` narrowed too."""
+    if not config["cp_strategies"] or config["cp_masks"] is None:
+        return
+    labels = {e.name for e in mask_entries(config)}
+    dropped = [name for name in config["cp_masks"] if name not in labels]
+    if dropped:
+        config["cp_masks"] = [name for name in config["cp_masks"] if name in labels]
+        left = f"CP cells run for {', '.join(config['cp_masks'])}" if config["cp_masks"] else "no CP cells"
+        print(f"longca: cp_masks {', '.join(dropped)} not in masks, so no CP cells for "
+              f"{'it' if len(dropped) == 1 else 'them'} ({left})", file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -323,7 +340,8 @@ class CPCell:
 
 
 def cp_cells(config: dict) -> Iterator[CPCell]:
-    masks_ = config["cp_masks"] or [e.name for e in mask_entries(config)]
+    # null: every mask; a list selects (empty when every name in it was dropped: no CP cells).
+    masks_ = [e.name for e in mask_entries(config)] if config["cp_masks"] is None else config["cp_masks"]
     tokens = config["cp_tokens_per_rank"] or config["seqlens"]
     for strategy, mask, n, size, direction, dtype in itertools.product(
             config["cp_strategies"], masks_, tokens, config["cp_sizes"], config["directions"], config["dtypes"]):

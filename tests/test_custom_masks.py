@@ -1,9 +1,11 @@
 """Custom masks: a slice list from config that runs along the seqlen axis like a built-in pattern."""
 
 import json
+import re
 
 import pytest
 import torch
+from snakemake_run import CELL_OUTPUT, REPO, snakemake
 
 from longca.attention import masks
 from longca.attention.problem import Problem
@@ -140,3 +142,26 @@ def test_block_sparse_is_seeded_and_checked():
     with pytest.raises(masks.MaskError, match="density"):
         masks.build("block_sparse", 1024, density=0)
 
+
+def _readme_mask_example() -> str:
+    """The YAML block under the README's "Add a mask", as a user copies it."""
+    readme = (REPO / "README.md").read_text()
+    return re.search(r"\*\*Add a mask\.\*\*.*?```yaml\n(.*?)```", readme, re.S).group(1)
+
+
+# The README's two ways of narrowing `masks` run as written: the default grid's `cp_masks: [causal]`
+# is dropped with a note (cp_masks selects among masks), not an error.
+@pytest.mark.slow
+@pytest.mark.parametrize("config, args, masks", [
+    ("readme", (), {"two_docs_shared_prefix"}),
+    ("{}", ("--config", "masks=[full]"), {"full"}),
+], ids=["readme-custom-mask", "config-masks-full"])
+def test_narrowing_masks_as_the_readme_does_runs(tmp_path, config, args, masks):
+    (tmp_path / "config.yaml").write_text(_readme_mask_example() if config == "readme" else config)
+    proc = snakemake(tmp_path, "-n", "all", *args)  # targets before --config (it takes every word after it)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    cells = CELL_OUTPUT.findall(out)
+    assert {c.split("/")[4] for c in cells} == masks
+    assert len(cells) == 2 * 3 * 2 and not any(c.startswith("results/cells/cp/") for c in cells)
+    assert out.count("longca: cp_masks causal not in masks, so no CP cells for it (no CP cells)") == 1

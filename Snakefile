@@ -12,6 +12,13 @@ min_version("9.0")
 sys.path.insert(0, workflow.basedir)
 os.environ["PYTHONPATH"] = os.pathsep.join([workflow.basedir] + [p for p in [os.environ.get("PYTHONPATH")] if p])
 
+# Snakemake's own YAML error names neither file nor line: read the embedded config once first, so a
+# typo in it stops here naming both (a --configfile is parsed before this file; see the README).
+from longca.config import load_yaml
+
+load_yaml(os.path.join(workflow.basedir, "config", "config.yaml"))
+
+
 configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 from longca.execution import placement

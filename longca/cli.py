@@ -103,20 +103,65 @@ def _lane(args: argparse.Namespace) -> int:
 def _kernels(args: argparse.Namespace) -> int:
     from . import kernels
 
+    here = _devices_here()
     for name in kernels.names():
         kernel = kernels.get(name)
-        missing = kernel.available()
-        state = "available" if not missing else f"unavailable: {missing}"
-        print(f"{name:16s} {'/'.join(kernel.devices):9s} {state:12s}  {kernel.description}")
+        print(f"{name:19s} {'/'.join(kernel.devices):9s} {_availability(kernel, here)}  {kernel.description}")
     return 0
+
+
+def _devices_here() -> list[str]:
+    return ["cpu", "cuda"] if _cuda_available() else ["cpu"]
+
+
+def _availability(kernel, here: list[str]) -> str:
+    """Whether ``kernel`` runs on this machine, per device it has: its library present (the adapter's
+    ``available``) and one of its devices here (a CUDA-only kernel on a CPU machine does not run)."""
+    missing = kernel.available()
+    runs_on = [d for d in kernel.devices if d in here]
+    if not runs_on:
+        needs = " or ".join(d.upper() if d == "cuda" else d for d in kernel.devices)
+        return f"unavailable here: needs {needs}" + (f" (and {missing})" if missing else "")
+    return f"unavailable: {missing}" if missing else f"available on {', '.join(runs_on)}"
+
+
+def _masks(args: argparse.Namespace) -> int:
+    import inspect
+
+    from .attention import masks
+
+    print(f"{'pattern':22s} parameters (default; auto: resolved from seqlen, seed and documents, see docs/masks.md)")
+    for name, builder in {**masks.PATTERNS, **masks.EXTRA_PATTERNS}.items():
+        params = []
+        for p in inspect.signature(builder).parameters.values():
+            if p.name in ("seqlen", "seed") or p.kind is p.VAR_KEYWORD:
+                continue  # seed is the config's `seed`, for every pattern
+            default = p.default
+            params.append(f"{p.name} (required)" if default in ((), []) else
+                          f"{p.name}=auto" if default is None else f"{p.name}={default!r}")
+        doc = " ".join((builder.__doc__ or "").split("\n\n")[0].split()).replace("``", "")  # its first paragraph
+        print(f"{name:22s} {', '.join(params) or '-'}\n{'':22s} {doc}")
+    return 0
+
+
+def _unknown_names(what: str, names: list[str] | None, known: list[str]) -> str | None:
+    unknown = [n for n in names or [] if n not in known]
+    if unknown:
+        return f"unknown {what}{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; known: {', '.join(known)}"
+    return None
 
 
 def _check(args: argparse.Namespace) -> int:
     from . import kernels
-
-    args.device = args.device or ("cuda" if _cuda_available() else "cpu")
     from .execution.check import check, check_masks, format_table
 
+    # Names first, before any measurement: a typo is a usage error (exit 2), not a traceback.
+    problems = [p for p in (_unknown_names("kernel", args.kernels, kernels.names()),
+                            _unknown_names("mask", args.masks, check_masks())) if p]
+    if problems:
+        print("\n".join(f"longca check: {p}" for p in problems), file=sys.stderr)
+        return 2
+    args.device = args.device or ("cuda" if _cuda_available() else "cpu")
     names = args.kernels or [n for n in kernels.names()
                              if not kernels.get(n).available() and args.device in kernels.get(n).devices]
     dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
@@ -125,6 +170,19 @@ def _check(args: argparse.Namespace) -> int:
     print(format_table(results))
     # wrong answers (and crashes) fail the command; unsupported combinations do not.
     return 1 if any(r.status in ("wrong", "error") for r in results) else 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from .config import ConfigError
+    from .status import format_status, status
+
+    try:
+        result = status(configfiles=args.configfile, directory=args.directory, config=args.config)
+    except (ConfigError, RuntimeError) as exc:
+        print(f"longca status: {exc}", file=sys.stderr)
+        return 2
+    print(format_status(result, listing=args.list))
+    return 0
 
 
 def _aggregate(args: argparse.Namespace) -> int:
@@ -239,8 +297,20 @@ def build_parser() -> argparse.ArgumentParser:
     cps = sub.add_parser("cp-strategies", help="list the CP strategies and their options")
     cps.set_defaults(func=_cp_strategies)
 
-    ks = sub.add_parser("kernels", help="list kernels and whether they run on this machine")
+    ks = sub.add_parser("kernels", help="list kernels and whether they run on this machine, per device it has")
     ks.set_defaults(func=_kernels)
+
+    ms = sub.add_parser("masks", help="list the mask patterns with their parameters and defaults")
+    ms.set_defaults(func=_masks)
+
+    st = sub.add_parser("status", help="which cells of the configured grid are cached, missing or stale "
+                                       "(Snakemake's own summary and dry run)")
+    st.add_argument("--configfile", nargs="+", default=[], metavar="FILE",
+                    help="config files over config/config.yaml, as for snakemake")
+    st.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE", help="overrides, as for snakemake")
+    st.add_argument("--directory", "-d", default=None, help="the run directory (default: here)")
+    st.add_argument("--list", action="store_true", help="name every missing and stale cell, and why it is stale")
+    st.set_defaults(func=_status)
 
     chk = sub.add_parser("check", help="correctness gate for every available kernel and mask; "
                                        "exit 1 on a wrong result")

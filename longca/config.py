@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
+import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -42,6 +45,24 @@ def _apply_defaults(config: dict, schema: dict) -> None:
 def load_schema(path: Path = SCHEMA_PATH) -> dict:
     with open(path) as f:
         return yaml.safe_load(f)
+
+
+def load_yaml(path: str | Path) -> Any:
+    """A config file's content; a YAML syntax error is a ConfigError naming the file, line and column
+    (PyYAML's own message names a stream, Snakemake's names nothing)."""
+    try:
+        return yaml.safe_load(Path(path).read_text())
+    except yaml.MarkedYAMLError as exc:
+        def at(mark) -> str:
+            return f"line {mark.line + 1}, column {mark.column + 1}"
+
+        mark = exc.problem_mark or exc.context_mark
+        message = f"{path}, {at(mark)}: not valid YAML: {exc.problem or exc.context}"
+        if exc.context and exc.problem and exc.context_mark:
+            message += f" ({exc.context} that starts at {at(exc.context_mark)})"
+        raise ConfigError(message) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -86,7 +107,7 @@ def merge_files(paths: list[str | Path]) -> dict:
     ``--configfile`` (for code that rebuilds a run's config outside Snakemake)."""
     merged: dict = {}
     for path in [Path(__file__).resolve().parent.parent / "config" / "config.yaml", *map(Path, paths)]:
-        _merge_into(merged, yaml.safe_load(path.read_text()) or {})
+        _merge_into(merged, load_yaml(path) or {})
     return merged
 
 
@@ -105,6 +126,10 @@ def _merge_into(base: dict, over: dict) -> None:
 # there (a number, a boolean, null, or no declared type, as in mask params and kernel/CP options):
 # an override means what the same text means in a config file.
 _YAML_SCALARS = (bool, int, float, type(None))
+# PyYAML (and so Snakemake's loader) follows YAML 1.1, where a float needs a dot: `1e300` and `5e-3`
+# arrive as strings.  YAML 1.2 reads them as floats, and so does this wherever a string does not
+# belong: a number-valued key is never silently a string.
+_EXPONENT_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+")
 
 
 def restore_types(value: Any, schema: dict) -> Any:
@@ -126,6 +151,8 @@ def restore_types(value: Any, schema: dict) -> Any:
         items = schema.get("items", {})
         return [restore_types(item, prefix[i] if i < len(prefix) else items) for i, item in enumerate(value)]
     if isinstance(value, str) and "string" not in _declared_types(schema):
+        if _EXPONENT_FLOAT.fullmatch(value.strip()):
+            return float(value)
         try:
             read = yaml.safe_load(value)
         except yaml.YAMLError:
@@ -147,9 +174,10 @@ def validate(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
     schema = load_schema(schema_path)
     config = restore_types(copy.deepcopy(config), schema)
     validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    errors = [leaf for e in validator.iter_errors(config) for leaf in _specific_errors(e)]
+    errors += _non_finite(config)
     if errors:
-        lines = [f"{_key_path(e.absolute_path)}: {e.message}" for e in errors]
+        lines = sorted(f"{_key_path(e.absolute_path)}: {e.message}" for e in errors)
         raise ConfigError("invalid LongCA configuration:\n  " + "\n  ".join(lines))
     _apply_defaults(config, schema)
     defaults = DEVICE_DEFAULTS[config["device"]]
@@ -158,7 +186,43 @@ def validate(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
     config.setdefault("isolation", defaults["isolation"])
     _inline_histograms(config)
     _check_semantics(config)
+    _select_cp_masks(config)
     return config
+
+
+# The keywords that say an instance has another shape than a oneOf branch expects (a string where an
+# object goes, an object without the branch's required key or with a key it excludes).
+_SHAPE_KEYWORDS = ("type", "required", "not")
+
+
+def _specific_errors(error: jsonschema.ValidationError) -> list[jsonschema.ValidationError]:
+    """The errors to show for ``error``: for a ``oneOf``/``anyOf`` ("is not valid under any of the
+    given schemas"), the errors of the branch the instance's shape selects (a mask object with
+    ``slices`` is a custom mask), each naming its own key and value; otherwise ``error`` itself."""
+    if error.validator not in ("oneOf", "anyOf") or not error.context:
+        return [error]
+    branches: dict[int, list[jsonschema.ValidationError]] = {}
+    for sub in error.context:
+        branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+    root = [[e for e in errs if not e.relative_path and e.validator in _SHAPE_KEYWORDS] for errs in branches.values()]
+    if all(any(e.validator == "type" for e in errs) for errs in root):  # no branch takes this type
+        types = [t for errs in root for e in errs if e.validator == "type"
+                 for t in ([e.validator_value] if isinstance(e.validator_value, str) else e.validator_value)]
+        return [jsonschema.ValidationError(f"{error.instance!r} is not of type "
+                                           f"{' or '.join(map(repr, dict.fromkeys(types)))}", path=error.absolute_path)]
+    # Among the branches that take this type, the one whose required keys the instance has.
+    typed = [(errs, len(mismatched)) for errs, mismatched in zip(branches.values(), root)
+             if not any(e.validator == "type" for e in mismatched)]
+    chosen = min(typed, key=lambda pair: pair[1])[0]
+    return [leaf for e in chosen for leaf in _specific_errors(e)]
+
+
+def _non_finite(value: Any, path: tuple = ()) -> list[jsonschema.ValidationError]:
+    """A NaN passes every minimum and maximum: name each non-finite number (``.nan``, ``.inf``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [jsonschema.ValidationError(f"{value!r} is not a finite number", path=path)]
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    return [e for key, item in items for e in _non_finite(item, (*path, key))]
 
 
 def _inline_histograms(config: dict) -> None:
@@ -234,14 +298,30 @@ def _cp_problems(config: dict, mask_labels: set[str]) -> list[str]:
             problems.append(f"config.cp_options.{name}: unknown option {key!r} "
                             f"(it accepts: {', '.join(sorted(accepted))})")
     # With no strategy the CP axes are unused; a config that narrows `masks` and turns CP off must
-    # not fail on the default grid's `cp_masks`.
+    # not fail on the default grid's `cp_masks`.  A pattern name that `masks` leaves out is dropped
+    # (_select_cp_masks); a name that is neither is a typo.
     for i, name in enumerate((config["cp_masks"] or []) if config["cp_strategies"] else []):
-        if name not in mask_labels:
+        if name not in mask_labels and name not in masks.PATTERNS and name not in masks.EXTRA_PATTERNS:
             problems.append(f"config.cp_masks[{i}]: {name!r} is not one of config.masks "
-                            f"({', '.join(sorted(mask_labels))})")
+                            f"({', '.join(sorted(mask_labels))}) nor a mask pattern")
     if config["cp_strategies"] and not config["cp_sizes"]:
         problems.append("config.cp_sizes: CP strategies are listed but no CP size")
     return problems
+
+
+def _select_cp_masks(config: dict) -> None:
+    """`cp_masks` selects among `masks`: CP cells run for the masks in both.  A mask pattern that
+    `masks` leaves out (the default grid's `causal` under `--config 'masks=[full]'`) is dropped with
+    one note naming it, so narrowing `masks` never needs `cp_masks` narrowed too."""
+    if not config["cp_strategies"] or config["cp_masks"] is None:
+        return
+    labels = {e.name for e in mask_entries(config)}
+    dropped = [name for name in config["cp_masks"] if name not in labels]
+    if dropped:
+        config["cp_masks"] = [name for name in config["cp_masks"] if name in labels]
+        left = f"CP cells run for {', '.join(config['cp_masks'])}" if config["cp_masks"] else "no CP cells"
+        print(f"longca: cp_masks {', '.join(dropped)} not in masks, so no CP cells for "
+              f"{'it' if len(dropped) == 1 else 'them'} ({left})", file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -260,7 +340,8 @@ class CPCell:
 
 
 def cp_cells(config: dict) -> Iterator[CPCell]:
-    masks_ = config["cp_masks"] or [e.name for e in mask_entries(config)]
+    # null: every mask; a list selects (empty when every name in it was dropped: no CP cells).
+    masks_ = [e.name for e in mask_entries(config)] if config["cp_masks"] is None else config["cp_masks"]
     tokens = config["cp_tokens_per_rank"] or config["seqlens"]
     for strategy, mask, n, size, direction, dtype in itertools.product(
             config["cp_strategies"], masks_, tokens, config["cp_sizes"], config["directions"], config["dtypes"]):

@@ -64,3 +64,67 @@ def test_a_cuda_graph_setting_that_is_not_a_boolean_is_named():
     bad = merge_files([]) | {"timing": {"cuda_graph": "often"}}
     with pytest.raises(ConfigError, match=r"config\.timing\.cuda_graph"):
         validate(bad)
+
+
+# Upper bounds: a typo past any real grid stops before any work, naming the key (never a pyarrow
+# error at aggregation, after the measurements).
+@pytest.mark.parametrize("bad, named", [
+    ({"timing": {"reps": 1_000_000_000_000}}, "config.timing.reps: 1000000000000 is greater than the maximum of"),
+    ({"timing": {"warmup": 10**9}}, "config.timing.warmup: 1000000000 is greater than the maximum"),
+    ({"timing": {"rep_ms": 1e9}}, "config.timing.rep_ms: 1000000000.0 is greater than the maximum"),
+    ({"timing": {"warmup_max_ms": float("inf")}}, "config.timing.warmup_max_ms: inf is"),
+    ({"timing": {"warmup_ms": float("nan")}}, "config.timing.warmup_ms: nan is not a finite number"),
+    ({"seqlens": [64, 2**40]}, "config.seqlens[1]: 1099511627776 is greater than the maximum"),
+    ({"heads_q": 2**31}, "config.heads_q: 2147483648 is greater than the maximum"),
+    ({"head_dim": 10**6}, "config.head_dim"), ({"batch": 10**9}, "config.batch"),
+    ({"gate_seqlen": 2**40}, "config.gate_seqlen"), ({"seed": 2**63}, "config.seed"),
+    ({"threads": 10**6}, "config.threads"), ({"limits": {"cell_timeout_s": 1e12}}, "config.limits.cell_timeout_s"),
+    ({"cp_sizes": [2**40]}, "config.cp_sizes[0]"), ({"cp_tokens_per_rank": [2**40]}, "config.cp_tokens_per_rank[0]"),
+])
+def test_numbers_past_their_bound_are_named(bad, named):
+    with pytest.raises(ConfigError) as err:
+        validate({**BASE, **bad})
+    assert named in str(err.value)
+
+
+def test_every_number_in_the_schema_has_an_upper_bound():
+    from longca.config import load_schema
+
+    def unbounded(schema, path="config"):
+        types = schema.get("type", [])
+        types = [types] if isinstance(types, str) else types
+        if {"integer", "number"} & set(types) and "maximum" not in schema:
+            yield path
+        for key, sub in schema.get("properties", {}).items():
+            yield from unbounded(sub, f"{path}.{key}")
+        for key in ("items", "additionalProperties"):
+            if isinstance(schema.get(key), dict):
+                yield from unbounded(schema[key], f"{path}[]")
+        for i, sub in enumerate(schema.get("prefixItems", []) + schema.get("oneOf", [])):
+            yield from unbounded(sub, f"{path}<{i}>")
+
+    assert list(unbounded(load_schema())) == []
+
+
+# YAML 1.1 (PyYAML, Snakemake's loader) reads `1e300` as a string: the config reads it as the number
+# it is, so it is checked as one; and where no string belongs a string is never kept silently.
+def test_exponent_floats_are_numbers_and_checked_as_numbers(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("timing: {rep_ms: 1e300}\n")
+    with pytest.raises(ConfigError, match=r"config\.timing\.rep_ms: 1e\+300 is greater than the maximum"):
+        validate(merge_files([path]))
+    path.write_text("timing: {rep_ms: 5e1, warmup_ms: 2.5E+1}\n"
+                    "masks: [{name: bs, pattern: block_sparse, params: {block: 16, density: 5e-1}}]\n")
+    cfg = validate({**merge_files([path]), "seqlens": [64], "cp_strategies": []})
+    assert cfg["timing"]["rep_ms"] == 50.0 and cfg["timing"]["warmup_ms"] == 25.0
+    assert cfg["masks"][0]["params"]["density"] == 0.5
+    with pytest.raises(ConfigError, match=r"config\.timing\.rep_ms: 'fast' is not of type 'number'"):
+        validate({**BASE, "timing": {"rep_ms": "fast"}})
+
+
+def test_a_yaml_error_names_the_file_and_line(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("kernels: [sdpa]\nseqlens: [64, 128\nmasks: [full]\n")
+    with pytest.raises(ConfigError) as err:
+        merge_files([path])
+    assert f"{path}, line 3, column 6: not valid YAML" in str(err.value), str(err.value)

@@ -1,9 +1,11 @@
 """Custom masks: a slice list from config that runs along the seqlen axis like a built-in pattern."""
 
 import json
+import re
 
 import pytest
 import torch
+from snakemake_run import CELL_OUTPUT, REPO, snakemake
 
 from longca.attention import masks
 from longca.attention.problem import Problem
@@ -67,14 +69,27 @@ def test_custom_mask_in_config_flows_to_a_measured_row():
 
 
 @pytest.mark.parametrize("mask, named", [
-    ({"name": "bad", "slices": [[0, 4, 0, 4, "diagonal"]]}, "config.masks[1]"),
+    # Schema errors name the key and value of the form the entry has (slices: a custom mask), never
+    # only "is not valid under any of the given schemas".
+    ({"name": "bad", "slices": [[0, 4, 0, 4, "diagonal"]]},
+     "config.masks[1].slices[0][4]: 'diagonal' is not one of ['full', 'causal', 'inv_causal', 'bi_causal']"),
+    ({"name": "bad", "slices": [[0, 4, -1, 4, "full"]]}, "config.masks[1].slices[0][2]: -1 is less than the minimum of 0"),
+    ({"name": "bad", "slices": [[0, 4, 0, 4]]}, "config.masks[1].slices[0]: [0, 4, 0, 4] is too short"),
+    ({"name": "bad", "slices": "0 4 0 4 full"}, "config.masks[1].slices: '0 4 0 4 full' is not of type 'array'"),
+    ({"name": "bad", "slices": SHAPE, "base": 16}, "config.masks[1]: Additional properties are not allowed ('base' was"),
+    ({"name": "two docs", "slices": SHAPE}, "config.masks[1].name: 'two docs' does not match"),
+    ({"name": "w", "pattern": "sliding_window", "param": {}}, "config.masks[1]: Additional properties are not allowed ('param'"),
+    ({"pattern": "causal"}, "config.masks[1]: 'name' is a required property"),
+    (3, "config.masks[1]: 3 is not of type 'string' or 'object'"),
+    # What only building the mask finds.
     ({"name": "bad", "slices": [[0, 8, 0, 8, "full"], [0, 4, 0, 4, "full"]]}, "overlap"),
     ({"name": "bad", "slices": SHAPE, "base_seqlen": 20}, "not a multiple of base_seqlen 20"),
 ])
 def test_bad_custom_mask_is_named(mask, named):
     with pytest.raises(ConfigError) as err:
         validate({"kernels": ["sdpa_math"], "seqlens": [48], "masks": ["full", mask]})
-    assert named in str(err.value) and "config.masks[1]" in str(err.value)
+    assert named in str(err.value) and "config.masks[1]" in str(err.value), str(err.value)
+    assert "is not valid under any of the given schemas" not in str(err.value)
 
 
 def test_histogram_file_is_inlined_into_the_cells_settings(tmp_path):
@@ -126,3 +141,27 @@ def test_block_sparse_is_seeded_and_checked():
         masks.build("block_sparse", 1000)
     with pytest.raises(masks.MaskError, match="density"):
         masks.build("block_sparse", 1024, density=0)
+
+
+def _readme_mask_example() -> str:
+    """The YAML block under the README's "Add a mask", as a user copies it."""
+    readme = (REPO / "README.md").read_text()
+    return re.search(r"\*\*Add a mask\.\*\*.*?```yaml\n(.*?)```", readme, re.S).group(1)
+
+
+# The README's two ways of narrowing `masks` run as written: the default grid's `cp_masks: [causal]`
+# is dropped with a note (cp_masks selects among masks), not an error.
+@pytest.mark.slow
+@pytest.mark.parametrize("config, args, masks", [
+    ("readme", (), {"two_docs_shared_prefix"}),
+    ("{}", ("--config", "masks=[full]"), {"full"}),
+], ids=["readme-custom-mask", "config-masks-full"])
+def test_narrowing_masks_as_the_readme_does_runs(tmp_path, config, args, masks):
+    (tmp_path / "config.yaml").write_text(_readme_mask_example() if config == "readme" else config)
+    proc = snakemake(tmp_path, "-n", "all", *args)  # targets before --config (it takes every word after it)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    cells = CELL_OUTPUT.findall(out)
+    assert {c.split("/")[4] for c in cells} == masks
+    assert len(cells) == 2 * 3 * 2 and not any(c.startswith("results/cells/cp/") for c in cells)
+    assert out.count("longca: cp_masks causal not in masks, so no CP cells for it (no CP cells)") == 1

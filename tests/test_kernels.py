@@ -113,13 +113,38 @@ def test_check_cli_fails_on_a_wrong_kernel():
     assert "test_wrong" in out.stdout and " wrong " in out.stdout
 
 
-def test_kernels_cli_lists_every_kernel_with_its_availability():
+# The listings below are a machine's without CUDA (the CPU test suite's).
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="expects the listing of a machine without CUDA")
+
+
+@NO_CUDA
+def test_kernels_cli_lists_every_kernel_with_its_availability_per_device_here():
+    """On this CPU-only machine: a CUDA-only kernel is unavailable here whatever its library says;
+    a CPU kernel is available on cpu; a missing library is named."""
     out = _cli("kernels")
     assert out.returncode == 0
-    for name in kernels.names():
-        if not name.startswith("test_"):
-            assert name in out.stdout
-    assert "unavailable: flash_attn is not importable" in out.stdout
+    listing = {line.split()[0]: line for line in out.stdout.splitlines()}
+    assert {n for n in kernels.names() if not n.startswith("test_")} <= set(listing)
+    for name in ("sdpa_cudnn", "sdpa_efficient", "varlen_attn"):  # their library is torch itself
+        assert " unavailable here: needs CUDA " in listing[name], listing[name]
+    assert "unavailable here: needs CUDA (and flash_attn is not importable" in listing["flash_attn2"]
+    for name in ("sdpa", "sdpa_math", "sdpa_flash", "flex"):
+        assert " available on cpu " in listing[name], listing[name]
+    # Every line says where it runs here, or why it does not.
+    assert all(" available on " in line or " unavailable" in line for line in listing.values())
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--kernels", "nosuch", "sdpa_math"), "longca check: unknown kernel 'nosuch'; known: "),
+    (("--masks", "causal", "causl", "fulll"), "longca check: unknown masks 'causl', 'fulll'; known: full, causal,"),
+])
+def test_check_cli_names_an_unknown_kernel_or_mask_without_a_traceback(args, says):
+    out = _cli("check", *args)
+    assert out.returncode == 2
+    assert says in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert out.stdout == ""  # nothing was checked
+    if "kernel" in says:
+        assert "sdpa_math" in out.stderr.split("known: ")[1] and "flash_attn4" in out.stderr
 
 
 # FlashAttention-2 and -4 share the `flash_attn` import name; stand-in installs (real importable
@@ -141,20 +166,24 @@ def _kernels_listing(tmp_path, install: str) -> dict[str, str]:
     return {line.split()[0]: line for line in out.stdout.splitlines() if line.startswith("flash_attn")}
 
 
+@NO_CUDA
 def test_flash_attn4_alone_makes_only_flash_attn4_available(tmp_path):
     listing = _kernels_listing(tmp_path, "flash-attn-4")
-    assert " available " in listing["flash_attn4"]
-    assert "unavailable: flash_attn.flash_attn_func is not importable" in listing["flash_attn2"]
-    assert "unavailable: flash_attn_interface is not importable" in listing["flash_attn3"]
+    assert listing["flash_attn4"].split()[2:5] == ["unavailable", "here:", "needs"]  # installed, but no GPU here
+    assert "importable" not in listing["flash_attn4"]
+    assert "(and flash_attn.flash_attn_func is not importable" in listing["flash_attn2"]
+    assert "(and flash_attn_interface is not importable" in listing["flash_attn3"]
 
 
+@NO_CUDA
 def test_flash_attn2_alone_makes_only_flash_attn2_available(tmp_path):
     listing = _kernels_listing(tmp_path, "flash-attn")
-    assert " available " in listing["flash_attn2"]
-    assert "unavailable: flash_attn_interface is not importable" in listing["flash_attn3"]
-    assert "unavailable: flash_attn.cute is not importable" in listing["flash_attn4"]
+    assert "importable" not in listing["flash_attn2"] and "needs CUDA" in listing["flash_attn2"]
+    assert "(and flash_attn_interface is not importable" in listing["flash_attn3"]
+    assert "(and flash_attn.cute is not importable" in listing["flash_attn4"]
 
 
+@NO_CUDA
 def test_flash_attn2_needs_its_cuda_extension(tmp_path):
     listing = _kernels_listing(tmp_path, "flash-attn without its extension")
-    assert "unavailable: flash_attn_2_cuda (the CUDA extension of flash_attn.flash_attn_func)" in listing["flash_attn2"]
+    assert "(and flash_attn_2_cuda (the CUDA extension of flash_attn.flash_attn_func)" in listing["flash_attn2"]

@@ -356,3 +356,25 @@ def test_from_slices_property(case):
 def test_slice_area_closed_form(lq, lk, kind):
     s = AttnSlice(0, lq, 0, lk, kind)
     assert s.area() == int(s.dense().sum())
+
+
+def test_masks_cli_lists_every_pattern_with_its_parameters_and_defaults():
+    import subprocess
+    import sys
+
+    from longca.attention.masks import BLOCK, GLOBAL_TOKENS, SPARSE_BLOCK, WINDOW
+
+    out = subprocess.run([sys.executable, "-m", "longca", "masks"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line for line in out.stdout.splitlines()[1:] if line and not line[0].isspace()}
+    assert list(rows) == [*PATTERNS, "custom", "block_sparse"]
+    for name in PATTERNS:
+        assert all(p in rows[name] for p in pattern_params(name)), rows[name]
+    assert rows["full"].split()[1:] == ["-"] and not any("seed" in row for row in rows.values())
+    assert rows["sliding_window"].endswith(f" window={WINDOW}")
+    assert rows["global_sliding_window"].endswith(f" window={WINDOW}, global_tokens={GLOBAL_TOKENS}")
+    assert rows["varlen_block_causal"].endswith(f" block={BLOCK}, documents=auto, histogram=auto")
+    assert rows["varlen_full_long"].endswith("long_fraction=0.6, long_min=8192, long_max=30720")
+    assert rows["custom"].endswith(" slices (required), base_seqlen=auto")
+    assert rows["block_sparse"].endswith(f" block={SPARSE_BLOCK}, density=0.25, causal=False")
+    assert "Packed documents, causal within each." in out.stdout  # each pattern's description

@@ -265,6 +265,12 @@ def test_without_cp_cells_the_report_says_so(figures, tmp_path):
     assert "No CP cells in this run (config <code>cp_strategies</code> / <code>cp_sizes</code> are empty)" in text
     assert "No CP cells in this run: nothing to plot." in text
     assert "best-kernel-table" in page.tables
+    # CP configured, but cp_masks named only masks that `masks` leaves out (longca.config drops them).
+    out = report.render(rd.kernels_df(), tmp_path / "r.html", cp=rd.empty_cp_df(),
+                        figures=report.Figures(throughput=figures.throughput, matrix=figures.matrix),
+                        config={"cp_strategies": ["ring"], "cp_sizes": [2], "cp_masks": []})
+    assert ("No CP cells in this run (config: <code>cp_masks</code> names none of the masks in "
+            "<code>masks</code>)") in out.read_text()
 
 
 def test_cpu_runs_say_memory_is_not_recorded(figures, tmp_path):

@@ -94,19 +94,51 @@ def test_clicking_a_header_sorts_its_table(page):
                                                       "ring/causal/bfloat16_bwd_64x4"]
 
 
+def type_filter(page, table: str, text: str) -> str:
+    """Clear the table's filter box, type ``text`` into it as a user does; the count line after."""
+    box = f"document.querySelector(\"input[data-table='{table}']\")"
+    page.evaluate(f"var i = {box}; i.value = ''; i.dispatchEvent(new Event('input')); i.focus()")
+    page.send("Input.insertText", {"text": text})
+    return page.evaluate(f"document.querySelector(\".filter-count[data-table='{table}']\").textContent")
+
+
 def test_typing_in_a_filter_keeps_only_matching_rows(page):
-    page.evaluate("document.querySelector(\"input[data-table='kernel-table']\").focus()")
-    page.send("Input.insertText", {"text": "status:oom"})
+    assert type_filter(page, "kernel-table", "status:oom") == "2 of 36 rows"
     assert column(page, "kernel-table", "status") == ["oom", "oom"]
-    assert page.evaluate("document.querySelector(\".filter-count[data-table='kernel-table']\").textContent") \
-        == "2 of 36 rows"
-    page.evaluate("var i = document.querySelector(\"input[data-table='kernel-table']\"); i.value = '';"
-                  " i.dispatchEvent(new Event('input'))")
-    page.evaluate("document.querySelector(\"input[data-table='kernel-table']\").focus()")
-    page.send("Input.insertText", {"text": "seqlen>128 kernel:fast"})
+    type_filter(page, "kernel-table", "seqlen>128 kernel:fast_kernel")
     assert sorted(column(page, "kernel-table", "cell_id")) == [
         f"fast_kernel/{m}/bfloat16_{d}_256" for m, d in
         (("causal", "bwd"), ("causal", "fwd"), ("sliding", "bwd"), ("sliding", "fwd"))]
+
+
+def test_a_key_value_filter_matches_the_whole_value_and_words_match_anywhere(page):
+    # `kernel:fast` is no kernel (as `kernel:sdpa` is not sdpa_math); the word alone is text search.
+    assert type_filter(page, "kernel-table", "kernel:fast") == "0 of 36 rows"
+    assert type_filter(page, "kernel-table", "fast") == "12 of 36 rows"
+    assert set(column(page, "kernel-table", "kernel")) == {"fast_kernel"}
+    assert type_filter(page, "kernel-table", "KERNEL:Fast_Kernel direction:bwd") == "6 of 36 rows"
+    # A number column matches as a number (its raw value is 128.0), not as text (not 1280, not 12).
+    assert type_filter(page, "kernel-table", "seqlen:128") == "12 of 36 rows"
+    assert set(column(page, "kernel-table", "seqlen")) == {"128.0"}
+    assert type_filter(page, "kernel-table", "seqlen:12") == "0 of 36 rows"
+    assert type_filter(page, "cp-table", "strategy:ring cp_size:2") == "4 of 16 rows"
+    assert type_filter(page, "failed-table", "status:oom") == "4 of 19 rows"  # 2 kernel cells, 2 CP cells
+
+
+def test_filter_keys_are_the_keys_each_table_has_and_an_unknown_key_is_said(page):
+    keys = page.evaluate("""Array.prototype.map.call(document.querySelectorAll('p.filter-keys'), function (p) {
+        var t = document.getElementById(p.dataset.table);
+        return [p.dataset.table,
+                Array.prototype.map.call(p.querySelectorAll('code'), function (c) { return c.textContent; }),
+                Array.prototype.map.call(t.tHead.rows[0].cells, function (th) { return th.dataset.key; })]; })""")
+    assert [table for table, _, _ in keys] == ["kernel-table", "cp-table", "failed-table"]
+    assert all(listed == header for _, listed, header in keys), keys
+    hint = page.evaluate("document.querySelector(\"p.filter-keys[data-table='kernel-table']\").textContent")
+    assert "tflops (TFLOPs/s)" in hint and "peak_mem_bytes (peak MiB)" in hint  # the key beside its header
+    # A key the table does not have: said, and the term searched as text (here: no row has it).
+    assert type_filter(page, "kernel-table", "TFLOPs/s>1") == "0 of 36 rows"
+    assert type_filter(page, "kernel-table", "tflop>1") == "0 of 36 rows (no column tflop: matched as text)"
+    assert type_filter(page, "kernel-table", "tflops>1") == "3 of 36 rows"
 
 
 def test_an_answer_link_lands_on_its_row(page):

@@ -1,6 +1,8 @@
 """Every column of both Parquet schemas is documented, and the tables round-trip their rows."""
 
+import os
 import re
+import stat
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -44,3 +46,42 @@ def test_cp_rows_with_per_rank_lists_round_trip(tmp_path):
 def test_an_empty_table_still_has_its_schema(tmp_path):
     results.aggregate([], tmp_path / "cp.parquet", schema=results.CP_SCHEMA)
     assert pq.read_schema(tmp_path / "cp.parquet").equals(results.CP_SCHEMA, check_metadata=False)
+
+
+def test_a_value_that_does_not_fit_its_column_costs_only_its_row(tmp_path):
+    """A count past int32 (or text where a number goes) makes that row an `error` row naming the
+    field; the table is written with every other row as it was."""
+    good = {"kind": "kernel", "cell_id": "sdpa/full/float32_fwd_64", "status": "ok", "reps": 7, "tflops": 1.5}
+    huge = {"kind": "kernel", "cell_id": "sdpa/full/float32_fwd_128", "status": "ok", "reps": 10**12, "tflops": 2.0}
+    text = {"kind": "kernel", "cell_id": "sdpa/full/float32_bwd_64", "status": "unsupported", "reason": "no bwd",
+            "seqlen": "many"}
+    paths = []
+    for i, row in enumerate([good, huge, text]):
+        paths.append(tmp_path / f"{i}.json")
+        results.write_json_atomic(row, paths[-1])
+    (tmp_path / "torn.json").write_text('{"cell_id": ')
+    paths.append(tmp_path / "torn.json")
+    results.aggregate(paths, tmp_path / "kernels.parquet")
+    rows = {r["cell_id"]: r for r in pq.read_table(tmp_path / "kernels.parquet").to_pylist()}
+    assert len(rows) == 4
+    assert (rows["sdpa/full/float32_fwd_64"]["status"], rows["sdpa/full/float32_fwd_64"]["reps"]) == ("ok", 7)
+    bad = rows["sdpa/full/float32_fwd_128"]
+    assert bad["status"] == "error" and bad["reps"] is None and bad["tflops"] == 2.0
+    assert bad["reason"].startswith("aggregate: reps = 1000000000000 does not fit its column (int32)")
+    assert "the cell's own status: ok" in bad["reason"]
+    assert rows["sdpa/full/float32_bwd_64"]["status"] == "error"
+    assert "seqlen = 'many' does not fit" in rows["sdpa/full/float32_bwd_64"]["reason"]
+    assert "the cell's own status: unsupported (no bwd)" in rows["sdpa/full/float32_bwd_64"]["reason"]
+    torn = [r for r in rows.values() if "holds no JSON object" in (r["reason"] or "")]
+    assert len(torn) == 1 and torn[0]["status"] == "error"
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640)])
+def test_rows_are_written_with_the_umasks_mode(tmp_path, umask, mode):
+    old = os.umask(umask)
+    try:
+        results.write_json_atomic({"status": "ok"}, tmp_path / "cell.json")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "cell.json").stat().st_mode) == mode
+    assert [p.name for p in tmp_path.iterdir()] == ["cell.json"]  # no temporary file left

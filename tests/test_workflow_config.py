@@ -6,9 +6,9 @@ import re
 import subprocess
 
 import pytest
-from snakemake_run import command, snakemake, write_config
+from snakemake_run import REPO, command, snakemake, write_config
 
-from longca.config import ConfigError, cell_limits, cell_settings, cp_cell_settings, validate
+from longca.config import ConfigError, cell_limits, cell_settings, cp_cell_settings, cp_cells, validate
 
 # cp_strategies empty: the default grid's CP cells (on `causal`) would otherwise merge into these configs.
 BASE = {"kernels": ["sdpa", "test_sleep"], "masks": ["full"], "seqlens": [64], "cp_strategies": []}
@@ -56,13 +56,33 @@ def test_bad_workflow_keys_are_named(bad, named):
 
 
 @pytest.mark.slow
-def test_snakemake_stops_on_a_bad_option_before_any_job(tmp_path):
-    write_config(tmp_path, {**BASE, "kernel_options": {"test_sleep": {"secs": 1}}})
+@pytest.mark.parametrize("bad, says", [
+    ({"kernel_options": {"test_sleep": {"secs": 1}}}, ("config.kernel_options.test_sleep", "'secs'")),
+    ({"timing": {"reps": 1_000_000_000_000}}, ("config.timing.reps: 1000000000000 is greater than the maximum",)),
+], ids=["kernel-option", "reps-past-its-bound"])
+def test_snakemake_stops_on_a_bad_option_before_any_job(tmp_path, bad, says):
+    write_config(tmp_path, {**BASE, **bad})
     proc = snakemake(tmp_path, "all")
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
-    assert "config.kernel_options.test_sleep" in out and "'secs'" in out
+    assert all(s in out for s in says), out[-3000:]
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow
+def test_a_yaml_error_in_the_embedded_config_names_its_file_and_line(tmp_path):
+    """Snakemake's own message for a config it cannot parse names no file: the Snakefile reads
+    config/config.yaml first.  (A checkout's copy with a typo in its config.)"""
+    checkout = tmp_path / "checkout"
+    (checkout / "config").mkdir(parents=True)
+    for name in ("Snakefile", "workflow", "longca"):
+        (checkout / name).symlink_to(REPO / name)
+    (checkout / "config" / "config.yaml").write_text("kernels: [sdpa]\nseqlens: [64, 128\nmasks: [full]\n")
+    write_config(tmp_path / "run", BASE)
+    proc = snakemake(tmp_path / "run", "-n", "all", snakefile=checkout / "Snakefile")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert f"{checkout / 'config' / 'config.yaml'}, line 3, column 6: not valid YAML" in out, out[-3000:]
 
 
 def planned_jobs(out: str) -> dict[str, list[str]]:
@@ -127,12 +147,12 @@ def test_a_cp_cell_needing_more_gpus_than_the_run_sees_is_unsupported_at_once(tm
     2-rank one is not started (two ranks on one GPU hang in NCCL) but becomes an `unsupported` row
     saying why, in its own file, so a run that has two GPUs measures it."""
     write_config(tmp_path, {**BASE, "kernels": ["sdpa"], "device": "cuda", "directions": ["fwd"],
-                            "cp_strategies": ["ring"], "cp_sizes": [1, 2], "cp_masks": ["full"]})
+                            "cp_strategies": ["ring"], "cp_sizes": [1, 2], "cp_masks": ["full"],
+                            "cp_tokens_per_rank": [64]})
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="3")
     proc = subprocess.run(command(tmp_path, "all", "-n", cores=4), env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
-    assert "Provided resources: gpu=1" in out
     jobs = planned_jobs(out)
     assert [b for b in jobs["cp_cell"] if "x1.json" in b and "gpu=1" in b], jobs["cp_cell"]
     assert not [b for b in jobs["cp_cell"] if "x2.json" in b]
@@ -162,3 +182,28 @@ def test_gpu_config_validates_on_a_login_node_without_gpus(tmp_path):
     submit = subprocess.run(command(tmp_path, "all", "-n", "--jobs", "10", cores=1), env=env, capture_output=True,
                             text=True)
     assert submit.returncode == 0, submit.stderr[-3000:]
+
+
+# cp_masks selects among masks: narrowing `masks` (the README's custom mask, `--config 'masks=[full]'`)
+# drops the default grid's `cp_masks: [causal]` with a note, while a name that is no mask at all is a typo.
+CP = {**BASE, "masks": ["full", "causal"], "cp_strategies": ["ring"], "cp_sizes": [2], "cp_tokens_per_rank": [64]}
+
+
+@pytest.mark.parametrize("masks, cp_masks, runs, note", [
+    (["full", "causal"], ["causal"], ["causal"], None),
+    (["full", "causal"], None, ["full", "causal"], None),
+    (["full"], ["causal"], [], "longca: cp_masks causal not in masks, so no CP cells for it (no CP cells)"),
+    (["full", {"name": "doc", "slices": [[0, 4, 0, 4, "causal"]]}], ["full", "causal", "sliding_window"], ["full"],
+     "longca: cp_masks causal, sliding_window not in masks, so no CP cells for them (CP cells run for full)"),
+])
+def test_cp_masks_select_among_masks(capsys, masks, cp_masks, runs, note):
+    cfg = validate({**CP, "masks": masks, "cp_masks": cp_masks})
+    assert sorted({c.mask for c in cp_cells(cfg)}) == sorted(runs)
+    err = capsys.readouterr().err
+    assert (note in err and err.count("longca: cp_masks") == 1) if note else "cp_masks" not in err
+
+
+def test_a_cp_mask_that_is_no_mask_at_all_is_named():
+    with pytest.raises(ConfigError, match=r"config.cp_masks\[1\]: 'casual' is not one of config.masks "
+                                          r"\(causal, full\) nor a mask pattern"):
+        validate({**CP, "cp_masks": ["causal", "casual"]})

@@ -112,7 +112,14 @@ def test_a_killed_run_completes_only_the_missing_cells(tmp_path):
     for path in finished:
         json.loads((workdir / path).read_text())  # every visible row is whole
 
-    assert snakemake(workdir, "--unlock").returncode == 0  # a SIGKILLed Snakemake leaves its lock
+    # A SIGKILLed Snakemake leaves its lock: the next run stops on it, and `snakemake --unlock` clears
+    # it, as the README's Quick start and docs/workflow.md say.
+    stopped = snakemake(workdir, "all")
+    assert stopped.returncode != 0 and "LockException" in stopped.stdout + stopped.stderr
+    assert cell_files(workdir) == finished
+    for doc in ("README.md", "docs/workflow.md"):
+        assert "`snakemake --unlock`" in (REPO / doc).read_text()
+    assert snakemake(workdir, "--unlock").returncode == 0
     planned = planned_cells(workdir)
     every = {f"results/cells/kernels/test_sleep/full/float32_fwd_{n}.json" for n in seqlens}
     assert planned >= every - set(finished)

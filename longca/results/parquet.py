@@ -122,11 +122,59 @@ def read_rows(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
     rows = []
     for p in paths:
         with open(p) as f:
-            rows.append(json.load(f))
+            try:
+                row = json.load(f)
+            except ValueError as exc:  # rows are written atomically: only a foreign edit gets here
+                row = exc
+        if not isinstance(row, dict):
+            # The cell's name is its file's path under results/cells/<kind>/ (longca.config).
+            row = {"cell_id": "/".join(Path(p).with_suffix("").parts[-3:]), "status": "error",
+                   "reason": f"aggregate: {p} holds no JSON object ({row})"}
+        rows.append(row)
+    return rows
+
+
+# What building a table from Python values raises when a value does not fit its column's type.
+_UNFIT = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError, ValueError)
+
+
+def _fits(values: list, type_: pa.DataType) -> bool:
+    try:
+        pa.array(values, type=type_)
+    except _UNFIT:
+        return False
+    return True
+
+
+def _fitted(rows: list[dict[str, Any]], schema: pa.Schema) -> list[dict[str, Any]]:
+    """``rows`` with every value that does not fit its column (a count past int32, text where a
+    number goes) taken out and its row made an ``error`` row whose reason names the field, so one bad
+    row never costs the whole table; the other rows are kept as they are."""
+    unfit: dict[int, dict[str, str]] = {}  # row index -> {field: why}
+    for field in schema:
+        values = [row.get(field.name) for row in rows]
+        if field.name == "schema_version" or _fits(values, field.type):
+            continue
+        for i, value in enumerate(values):
+            if not _fits([value], field.type):
+                unfit.setdefault(i, {})[field.name] = f"{field.name} = {value!r} does not fit its column ({field.type})"
+    rows = list(rows)
+    for i, fields in unfit.items():
+        row = {**rows[i], **dict.fromkeys(fields)}
+        was = f"; the cell's own status: {row.get('status')}" + (f" ({row['reason']})" if row.get("reason") else "")
+        row.update(status="error", reason=f"aggregate: {'; '.join(fields.values())}{was}")
+        rows[i] = row
     return rows
 
 
 def to_table(rows: list[dict[str, Any]], schema: pa.Schema = KERNEL_SCHEMA) -> pa.Table:
+    try:
+        return _table(rows, schema)
+    except _UNFIT:  # looked for value by value only then: a large table is built once
+        return _table(_fitted(rows, schema), schema)
+
+
+def _table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
     columns = {name: [row.get(name) for row in rows] for name in schema.names}
     columns["schema_version"] = [_VERSIONS.get(id(schema), SCHEMA_VERSION)] * len(rows)
     return pa.Table.from_pydict(columns, schema=schema)

@@ -487,7 +487,9 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
         "cp_many_dtypes": len({t for _, t in cp_combos}) > 1,
         "cp_combos": cp_combos, "best_cp": tables.answer_grid(best_cp, ["mask", "cp_size"], cp_combos),
         "cp_config": {"strategies": (config or {}).get("cp_strategies") or [],
-                      "sizes": (config or {}).get("cp_sizes") or []},
+                      "sizes": (config or {}).get("cp_sizes") or [],
+                      # [] (not null): every name in cp_masks was left out of masks (longca.config)
+                      "no_masks": (config or {}).get("cp_masks") == []},
         "matrix": matrix, "kernel_figures": kernel_figs, "cp_figures": cp_figs,
         "kernel_columns": kernel_cols, "kernel_rows": kernel_rows,
         "cp_columns": cp_cols, "cp_rows": cp_rows,

@@ -96,22 +96,25 @@ def test_profile_runs_grid_on_slurm_and_resubmits_only_lost_cells(cluster, tmp_p
     work = _checkout(tmp_path / "longca")
     env = _env(cluster)
     run1 = subprocess.Popen(COMMAND, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    # Cancel the kernel-cell job once one of its cells has finished and the other still sleeps: a job
-    # killed from outside, not a cell failing.
-    cancelled = None
+    # Cancel the kernel-cell job once one of its two cells (run one after the other) has finished and
+    # the other has not: a job killed from outside, not a cell failing.
+    cancelled, finished = None, []
     deadline = time.time() + 240
     while cancelled is None and time.time() < deadline and run1.poll() is None:
-        finished = (work / "results" / "kept" / SDPA.removeprefix("results/cells/")).exists()
+        finished = [c for c in (SDPA, SLEEP) if (work / "results" / "kept" / c.removeprefix("results/cells/")).exists()]
         for job_id, state, comment in _squeue(cluster):
             # Only the grouped kernel-cell job: the ceilings and CP jobs run beside it.
-            if finished and state == "RUNNING" and "kernel_cell" in comment:
+            if len(finished) == 1 and state == "RUNNING" and "kernel_cell" in comment:
                 subprocess.run(["scancel", job_id], env=cluster.env, check=True)
                 cancelled = job_id
                 break
-        time.sleep(0.5)
+        time.sleep(0.2)
     out1, _ = run1.communicate(timeout=600)
-    assert cancelled, f"no kernel-cell job seen running with a finished cell:\n{out1[-3000:]}"
+    assert cancelled, f"no kernel-cell job seen running with one finished cell:\n{out1[-3000:]}"
     assert run1.returncode != 0, out1[-3000:]
+    done = finished[0]
+    cut = SLEEP if done == SDPA else SDPA
+    kernel_of = {SDPA: "sdpa_math", SLEEP: "test_sleep"}
 
     # The CP cell ran across both nodes: srun started one torchrun agent on each.
     assert (work / "results" / "lost_cp.parquet").exists(), out1[-5000:]
@@ -122,11 +125,12 @@ def test_profile_runs_grid_on_slurm_and_resubmits_only_lost_cells(cluster, tmp_p
     # The cancelled job's finished cell keeps its row (Snakemake deleted its file with the job's
     # outputs); the cell it cut short is a failed row naming the job's SLURM log.
     kernels = pd.read_parquet(work / "results" / "lost_kernels.parquet").set_index("kernel")
-    assert kernels.loc["sdpa_math", "status"] == "ok"
-    assert str(kernels.loc["sdpa_math", "slurm_job_id"]) == cancelled
-    lost = kernels.loc["test_sleep"]
+    assert kernels.loc[kernel_of[done], "status"] == "ok"
+    assert str(kernels.loc[kernel_of[done], "slurm_job_id"]) == cancelled
+    lost = kernels.loc[kernel_of[cut]]
     assert lost["status"] == "error" and "failed or was cancelled" in lost["reason"]
-    assert f".snakemake/slurm_logs/group_kernel_cells/{cancelled}.log" in lost["reason"], lost["reason"]
+    assert f".snakemake/slurm_logs/group_kernel_cells" in lost["reason"] and f"/{cancelled}.log" in lost["reason"], \
+        lost["reason"]
     assert not (work / SDPA).exists() and not (work / SLEEP).exists()
 
     # A dry run plans both cells again (plus aggregation); the real run measures only the lost one
@@ -139,8 +143,8 @@ def test_profile_runs_grid_on_slurm_and_resubmits_only_lost_cells(cluster, tmp_p
     assert run2.returncode == 0, (run2.stdout + run2.stderr)[-4000:]
     kernels = pd.read_parquet(work / "results" / "kernels.parquet").set_index("kernel")
     assert (kernels["status"] == "ok").all() and len(kernels) == 2
-    assert str(kernels.loc["sdpa_math", "slurm_job_id"]) == cancelled  # measured once, in the cancelled job
-    assert str(kernels.loc["test_sleep", "slurm_job_id"]) != cancelled
+    assert str(kernels.loc[kernel_of[done], "slurm_job_id"]) == cancelled  # measured once, in the cancelled job
+    assert str(kernels.loc[kernel_of[cut], "slurm_job_id"]) != cancelled
     assert (work / "results" / "report.html").exists()
     assert not (work / "results" / "lost").exists() and not (work / "results" / "lost_kernels.parquet").exists()
     # Kernel cells ran as grouped SLURM jobs, each row with its job id, each in a child of its own.
@@ -171,14 +175,14 @@ def test_gpu_jobs_ask_for_one_nodes_gpus_cpus_and_memory_exclusively(gpu_cluster
     work = _checkout(tmp_path / "longca", config=None)
     env = {**_env(gpu_cluster), "CUDA_VISIBLE_DEVICES": ""}  # this "login node" has no GPU
     # The README's command, as written, is planned here without a GPU: every kernel cell in jobs of
-    # 8 asking for one 8-GPU node, the CP cells for theirs.
+    # 8 asking for one GPU, the CP cells for theirs.
     readme = COMMAND + ["--configfile", "config/gpu.yaml", "--config", "gpus=8", "ranks_per_node=8"]
     dry = subprocess.run(readme + ["-n"], cwd=work, env=env, capture_output=True, text=True, timeout=600)
     assert dry.returncode == 0, (dry.stdout + dry.stderr)[-4000:]
     plan = dry.stdout + dry.stderr
     assert "no GPU is visible" not in plan
     assert plan.count("rule kernel_cell:") == 14 * 14 * 8 * 2
-    assert "gres=gpu:8" in plan and "slurm_extra=--exclusive" in plan
+    assert "gres=gpu:1" in plan and "slurm_extra=--exclusive" in plan
 
     (work / "config" / "small.yaml").write_text(yaml.safe_dump(GPU_CONFIG))
     # `--config` on the command line, which used to replace the profile's `isolation: fork`.
@@ -190,11 +194,11 @@ def test_gpu_jobs_ask_for_one_nodes_gpus_cpus_and_memory_exclusively(gpu_cluster
     cp_jobs = [j for j in jobs.values() if "cp_cell" in j.get("Comment", "")]
     assert len(kernel_jobs) == 1 and len(cp_jobs) == 1, (jobs, out[-3000:])
     group = kernel_jobs[0]
-    # One node, its 8 GPUs, the CPUs and memory of the two cells (8 CPUs, 32000 MiB each), alone on
-    # the node, for one cell's limit (2 min) plus start-up.
-    assert group["NumNodes"] == "1" and "gres/gpu=8" in group["TRES"], group
-    assert group["NumCPUs"] == "16" and "mem=64000M" in group["TRES"], group
-    assert group["OverSubscribe"] == "NO" and group["TimeLimit"] == "00:07:00", group
+    # One node and one GPU (the executor runs a group's cells one after another), one cell's CPUs and
+    # memory (8, 32000 MiB), alone on the node, for both cells' limits (2 min each) plus start-up.
+    assert group["NumNodes"] == "1" and "gres/gpu=1" in group["TRES"], group
+    assert group["NumCPUs"] == "8" and "mem=32000M" in group["TRES"], group
+    assert group["OverSubscribe"] == "NO" and group["TimeLimit"] == "00:14:00", group
     # 2 ranks at 1 a node: two nodes, one task (a torchrun agent) each, with its GPU and 8 CPUs.
     cp = cp_jobs[0]
     assert cp["NumNodes"] == "2" and cp["NumTasks"] == "2" and cp["CPUs/Task"] == "8", cp

@@ -12,17 +12,18 @@ from longca.results import lost_cells
 GPU = {"device": "cuda", "kernels": ["sdpa"], "masks": ["full"], "seqlens": [1024], "cp_strategies": []}
 
 
-def test_defaults_fit_an_eight_gpu_node():
+def test_a_kernel_cell_group_asks_for_one_cells_worth_for_all_its_cells_time():
+    """The executor runs a group's cells one after another on the job's GPU: the group asks for one
+    cell's CPUs and memory (each cell a share), one GPU, and every cell's time limit plus start-up."""
     cfg = validate(GPU)
-    assert slurm_jobs.gpus_per_node(cfg) == 8 and slurm_jobs.ranks_per_node(cfg) == 8
-    cell = slurm_jobs.kernel_cell_resources(cfg)
-    assert cell == {"mem_mb": 32000, "gres": "gpu:8", "slurm_extra": "--exclusive"}
-    # 8 cells a job (the profile's group size): one per GPU, the job's time one cell's limit plus start-up.
-    assert slurm_jobs.kernel_cell_runtime(cfg, 8) == 10 + slurm_jobs.START_UP_MIN
-    # 16 cells queue on 8 GPUs: twice that; a partition's limit caps it.
-    assert slurm_jobs.kernel_cell_runtime(cfg, 16) == 2 * (10 + slurm_jobs.START_UP_MIN)
-    capped = validate({**GPU, "slurm_max_runtime_min": 20})
-    assert slurm_jobs.kernel_cell_runtime(capped, 64) == 20
+    one = slurm_jobs.kernel_cell_resources(cfg, 1)
+    assert one == {"threads": 8, "mem_mb": 32000, "runtime": 10 + slurm_jobs.START_UP_MIN, "gres": "gpu:1",
+                   "slurm_extra": "--exclusive"}
+    share = slurm_jobs.kernel_cell_resources(cfg, 8)
+    assert (8 * share["threads"], 8 * share["mem_mb"]) == (8, 32000)  # summed over the group's 8 cells
+    assert share["runtime"] == 8 * (10 + slurm_jobs.START_UP_MIN)     # the longest of them: the group's
+    # A partition's limit caps the job's time.
+    assert slurm_jobs.kernel_cell_resources(validate({**GPU, "slurm_max_runtime_min": 60}), 8)["runtime"] == 60
 
 
 def test_a_cp_job_is_one_task_per_node_with_that_nodes_gpus():
@@ -35,14 +36,16 @@ def test_a_cp_job_is_one_task_per_node_with_that_nodes_gpus():
     assert (one_node["nodes"], one_node["gres"], one_node["mpi"], one_node["mem_mb"]) == (1, "gpu:4", "", 16000)
     shared = validate({**GPU, "slurm_exclusive": False})
     assert "slurm_extra" not in slurm_jobs.cp_cell_resources(shared, 2)
-    assert "slurm_extra" not in slurm_jobs.kernel_cell_resources(shared)
+    assert "slurm_extra" not in slurm_jobs.kernel_cell_resources(shared, 8)
 
 
 def test_cpu_cells_ask_for_no_gpu():
     cfg = validate({**GPU, "device": "cpu"})
-    assert "gres" not in slurm_jobs.kernel_cell_resources(cfg)
-    assert slurm_jobs.kernel_cell_runtime(cfg, 16) == 10 + slurm_jobs.START_UP_MIN  # side by side
+    assert "gres" not in slurm_jobs.kernel_cell_resources(cfg, 8)
     assert "gres" not in slurm_jobs.cp_cell_resources(cfg, 2)
+    # ranks_per_node spreads CPU ranks over nodes too; 0 keeps them on one.
+    assert slurm_jobs.cp_cell_resources(validate({**GPU, "device": "cpu", "ranks_per_node": 1}), 2)["nodes"] == 2
+    assert slurm_jobs.cp_cell_resources(cfg, 2)["nodes"] == 1
 
 
 @pytest.mark.parametrize("key, value", [("slurm_cpus_per_cell", 0), ("slurm_mem_mb_per_cell", 10),

@@ -3,11 +3,12 @@
 Snakemake's SLURM executor turns a job's resources into ``sbatch`` flags (``threads`` →
 ``--cpus-per-task``, ``mem_mb`` → ``--mem`` per node, ``gres`` → ``--gres`` per node, ``runtime`` →
 ``-t`` in minutes, ``slurm_extra`` verbatim).  Kernel cells travel in groups (the slurm profile's
-``group-components``): a group's integer resources are the sum over its cells, its ``runtime`` the
-longest cell's, and its string resources (``gres``, ``slurm_extra``) are taken once.  So a kernel
-cell asks for its own share (CPUs and memory per GPU cell) and the node's GPUs as a string; a group
-of ``gpus`` cells then asks for exactly one node's GPUs, CPUs and memory, and a larger group waits
-for free GPUs inside its job (``longca.execution.gpu_slots``), which its time limit allows for.
+``group-components``) to spread the queueing and start-up over several cells.  Inside a group job
+the executor runs the cells one after another (one job step at a time, seen in tests/test_slurm.py),
+each on the job's GPU.  Snakemake sums a group's integer resources over its cells and takes the
+longest ``runtime``; its string resources (``gres``, ``slurm_extra``) once.  So each kernel cell
+asks for its share of one cell's CPUs and memory (the group asks for one cell's worth), one GPU,
+and the time of the whole group, whose size is known once Snakemake builds the DAG.
 
 Pure functions of the validated config: the rules call them, the tests assert the job shapes.
 """
@@ -19,18 +20,20 @@ import math
 # A cell's time limit covers its measurement; the job also starts Snakemake, imports torch and
 # initialises CUDA (and, for a CP cell, the NCCL rendezvous) before it, and writes rows after it.
 START_UP_MIN = 5
-# What `gpus: 0` means on a cluster: the common size of a GPU node.
+# What `gpus: 0` means on a cluster: the common size of a GPU node (CP ranks per node).
 DEFAULT_GPUS_PER_NODE = 8
 
 
 def gpus_per_node(config: dict) -> int:
-    """GPUs a kernel-cell job gets on its node (`gpus`, 0 → the common 8)."""
+    """GPUs of a node (`gpus`, 0 → the common 8)."""
     return int(config["gpus"]) or DEFAULT_GPUS_PER_NODE
 
 
-def ranks_per_node(config: dict) -> int:
-    """CP ranks (GPUs) per node (`ranks_per_node`, 0 → every GPU of a node)."""
-    return int(config["ranks_per_node"]) or gpus_per_node(config)
+def ranks_on_a_node(config: dict, cp_size: int) -> int:
+    """CP ranks each node of a CP cell's job holds: `ranks_per_node` (0 → a GPU node's GPUs on
+    cuda, every rank on one node on CPU), at most the cell's ranks."""
+    per_node = int(config["ranks_per_node"]) or (gpus_per_node(config) if config["device"] == "cuda" else int(cp_size))
+    return min(per_node, int(cp_size))
 
 
 def cell_cpus(config: dict) -> int:
@@ -43,22 +46,19 @@ def cell_minutes(config: dict) -> int:
     return math.ceil(float(config["limits"]["cell_timeout_s"]) / 60) + START_UP_MIN
 
 
-def kernel_cell_resources(config: dict) -> dict:
-    """One kernel cell's share of its group job (its time limit: ``kernel_cell_runtime``)."""
-    resources = {"mem_mb": int(config["slurm_mem_mb_per_cell"])}
+def kernel_cell_resources(config: dict, cells_per_job: int) -> dict:
+    """One kernel cell's share of its group job of ``cells_per_job`` cells (the profile's group
+    size): a share of one cell's CPUs and memory, one GPU, and the time all the cells take."""
+    k = max(1, int(cells_per_job))
+    resources = {"threads": math.ceil(cell_cpus(config) / k),
+                 "mem_mb": math.ceil(int(config["slurm_mem_mb_per_cell"]) / k),
+                 "runtime": _capped(config, k * cell_minutes(config))}
     if config["device"] == "cuda":
-        resources["gres"] = f"gpu:{gpus_per_node(config)}"
+        resources["gres"] = "gpu:1"
     if config["slurm_exclusive"]:
         # Timing needs the node to itself: no other job's kernels, copies or host threads beside ours.
         resources["slurm_extra"] = "--exclusive"
     return resources
-
-
-def kernel_cell_runtime(config: dict, cells_per_job: int) -> int:
-    """Minutes a kernel cell's group job may take (``cells_per_job``: the profile's group size):
-    on GPUs, cells beyond the node's GPUs wait for a free one; CPU cells run side by side."""
-    rounds = math.ceil(max(1, cells_per_job) / gpus_per_node(config)) if config["device"] == "cuda" else 1
-    return _capped(config, rounds * cell_minutes(config))
 
 
 def _capped(config: dict, minutes: int) -> int:
@@ -68,7 +68,7 @@ def _capped(config: dict, minutes: int) -> int:
 def cp_cell_resources(config: dict, cp_size: int) -> dict:
     """One CP cell's job: ceil(cp_size / ranks_per_node) nodes, one task per node (a torchrun agent
     for that node's ranks), each task with its ranks' CPUs, GPUs and memory."""
-    per_node = min(ranks_per_node(config), int(cp_size)) if config["device"] == "cuda" else int(cp_size)
+    per_node = ranks_on_a_node(config, cp_size)
     nodes = math.ceil(int(cp_size) / per_node)
     resources = {
         "nodes": nodes,
@@ -88,5 +88,4 @@ def cp_cell_resources(config: dict, cp_size: int) -> dict:
 
 def cp_cell_threads(config: dict, cp_size: int) -> int:
     """CPUs of one CP task (``--cpus-per-task``): its node's ranks, `slurm_cpus_per_cell` each."""
-    per_node = min(ranks_per_node(config), int(cp_size)) if config["device"] == "cuda" else int(cp_size)
-    return per_node * cell_cpus(config)
+    return ranks_on_a_node(config, cp_size) * cell_cpus(config)

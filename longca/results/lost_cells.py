@@ -135,7 +135,8 @@ def record(cfg: dict, kernel_cells: Iterable, cp_cells: Iterable, main_log=None,
         write_json_atomic(row, target)
         out.append(row)
         (cp_rows if row.get("kind") == "cp" else kernel_rows).append(str(target))
-    if lost:
+    kept_any = any("/lost/kept/" in str(path) for path in kernel_rows + cp_rows)
+    if lost or kept_any:  # the run failed: the tables of what it has, while the main ones are not built
         results.aggregate(kernel_rows, "results/lost_kernels.parquet", schema=results.KERNEL_SCHEMA)
         results.aggregate(cp_rows, "results/lost_cp.parquet", schema=results.CP_SCHEMA)
     return out

@@ -82,12 +82,13 @@ if PLACEMENT == placement.LOCAL:
     CELL_RESOURCES = {} if RESIDENT_CLIENTS else GPU_JOB_RESOURCES
 else:
     # A cluster job: CPUs, memory, GPUs and time limit from config (longca.execution.slurm_jobs).
-    MEASURE_THREADS = CELL_THREADS = slurm_jobs.cell_cpus(CFG)
-    GPU_JOB_RESOURCES = {**slurm_jobs.kernel_cell_resources(CFG), **SLURM_RESOURCES,
-                         "runtime": slurm_jobs.kernel_cell_runtime(CFG, 1)}
-    # The cells' group job: its time limit follows the group size, known once Snakemake builds the DAG.
-    CELL_RESOURCES = {**GPU_JOB_RESOURCES,
-                      "runtime": lambda wc: slurm_jobs.kernel_cell_runtime(CFG, placement.kernel_cells_per_job(workflow))}
+    MEASURE_THREADS = slurm_jobs.cell_cpus(CFG)
+    ONE_CELL = slurm_jobs.kernel_cell_resources(CFG, 1)
+    GPU_JOB_RESOURCES = {**{k: v for k, v in ONE_CELL.items() if k != "threads"}, **SLURM_RESOURCES}
+    # A cell's share of its group job, whose size Snakemake knows once it builds the DAG.
+    kernel_job = lambda key: lambda wc: slurm_jobs.kernel_cell_resources(CFG, placement.kernel_cells_per_job(workflow))[key]
+    CELL_THREADS = kernel_job("threads")
+    CELL_RESOURCES = {**{key: kernel_job(key) for key in ONE_CELL if key != "threads"}, **SLURM_RESOURCES}
 
 
 def planned_cell_jobs() -> int:

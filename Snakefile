@@ -61,6 +61,8 @@ onerror:
 
 
 onsuccess:
+    from longca.execution import kept_rows
     from longca.results import lost_cells
 
     lost_cells.clear()  # every cell has its own row now: the stand-ins of an earlier failed run go
+    kept_rows.release()  # and the copies kept for a rerun after a failed job

@@ -385,11 +385,6 @@ def _cp_warmup_ms(config: dict) -> dict:
     return {"warmup_ms": float(ms)} if ms else {}
 
 
-def cp_nodes(cp_size: int, ranks_per_node: int) -> int:
-    """Nodes a CP cell spans: ceil(cp_size / ranks_per_node); one when ranks_per_node is 0."""
-    return -(-int(cp_size) // int(ranks_per_node)) if ranks_per_node else 1
-
-
 def slurm_resources(config: dict) -> dict:
     """Partition and account for every job, from config or the environment (absent when neither)."""
     import os

@@ -48,11 +48,13 @@ def _free_port() -> int:
 
 
 class Cluster:
-    def __init__(self, root: Path, cpus_per_node: int = 2, gpus_per_node: int = 0, memory_mb: int = 2000):
+    def __init__(self, root: Path, cpus_per_node: int = 2, gpus_per_node: int = 0, memory_mb: int = 2000,
+                 oversubscribe: str = "FORCE:4"):
         self.root = Path(root)
         self.cpus = cpus_per_node
         self.gpus = gpus_per_node
         self.memory_mb = memory_mb
+        self.oversubscribe = oversubscribe  # FORCE:n shares nodes whatever a job asks; NO honours --exclusive
         self.procs: dict[str, subprocess.Popen] = {}
         self.conf = self.root / "slurm.conf"
         self.bin = self.root / "bin"
@@ -106,7 +108,7 @@ class Cluster:
             lines.append(f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} "
                          f"CPUs={self.cpus} RealMemory={self.memory_mb}{gres} State=UNKNOWN")
         lines.append(f"PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP "
-                     "OverSubscribe=FORCE:4")
+                     f"OverSubscribe={self.oversubscribe}")
         (self.root / "state").mkdir(parents=True, exist_ok=True)
         for name in NODES:
             (self.root / "spool" / name).mkdir(parents=True, exist_ok=True)

@@ -152,7 +152,7 @@ def test_profile_runs_grid_on_slurm_and_resubmits_only_lost_cells(cluster, tmp_p
 
 
 # Two 8-GPU nodes, as many CPUs and as much memory as a real one (slurmd accepts the declared sizes).
-GPU_NODE = {"cpus_per_node": 64, "gpus_per_node": 8, "memory_mb": 512000}
+GPU_NODE = {"cpus_per_node": 64, "gpus_per_node": 8, "memory_mb": 512000, "oversubscribe": "NO"}
 GPU_CONFIG = {
     "device": "cuda", "kernels": ["sdpa"], "masks": ["full"], "seqlens": [128, 256], "directions": ["fwd"],
     "dtypes": ["float32"], "heads_q": 4, "heads_kv": 2, "head_dim": 16, "gate_seqlen": 64,
@@ -196,13 +196,14 @@ def test_gpu_jobs_ask_for_one_nodes_gpus_cpus_and_memory_exclusively(gpu_cluster
     group = kernel_jobs[0]
     # One node and one GPU (the executor runs a group's cells one after another), one cell's CPUs and
     # memory (8, 32000 MiB), alone on the node, for both cells' limits (2 min each) plus start-up.
-    assert group["NumNodes"] == "1" and "gres/gpu=1" in group["TRES"], group
-    assert group["NumCPUs"] == "8" and "mem=32000M" in group["TRES"], group
-    assert group["OverSubscribe"] == "NO" and group["TimeLimit"] == "00:14:00", group
+    # (An exclusive job holds all of its node's CPUs; what it asked for is CPUs/Task and MinMemoryNode.)
+    shape = lambda job: {key: job.get(key) for key in ("NumNodes", "NumTasks", "CPUs/Task", "MinMemoryNode",
+                                                        "TresPerNode", "OverSubscribe", "TimeLimit")}
+    assert shape(group) == {"NumNodes": "1", "NumTasks": "1", "CPUs/Task": "8", "MinMemoryNode": "32000M",
+                            "TresPerNode": "gres:gpu:1", "OverSubscribe": "NO", "TimeLimit": "00:14:00"}, group
     # 2 ranks at 1 a node: two nodes, one task (a torchrun agent) each, with its GPU and 8 CPUs.
-    cp = cp_jobs[0]
-    assert cp["NumNodes"] == "2" and cp["NumTasks"] == "2" and cp["CPUs/Task"] == "8", cp
-    assert "gres/gpu=2" in cp["TRES"] and cp["OverSubscribe"] == "NO", cp
+    assert shape(cp_jobs[0]) == {"NumNodes": "2", "NumTasks": "2", "CPUs/Task": "8", "MinMemoryNode": "32000M",
+                                 "TresPerNode": "gres:gpu:1", "OverSubscribe": "NO", "TimeLimit": "00:07:00"}, cp_jobs[0]
     # Every cell has its row (these GPUs are stand-ins, so the measurements fail as rows), each made
     # in a child forked by the cell's own process: no worker outlives a job.
     rows = [json.loads(p.read_text()) for p in (work / "results").glob("**/kernels/sdpa/full/*.json")]

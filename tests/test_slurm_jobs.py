@@ -12,26 +12,25 @@ from longca.results import lost_cells
 GPU = {"device": "cuda", "kernels": ["sdpa"], "masks": ["full"], "seqlens": [1024], "cp_strategies": []}
 
 
-def test_a_kernel_cell_group_asks_for_one_cells_worth_for_all_its_cells_time():
-    """The executor runs a group's cells one after another on the job's GPU: the group asks for one
-    cell's CPUs and memory (each cell a share), one GPU, and every cell's time limit plus start-up."""
+def test_a_kernel_cell_asks_for_its_cpus_memory_gpu_and_time():
+    """The executor runs a group's cells one after another on the job's GPU; with --cores at one
+    cell's CPUs Snakemake makes each cell a layer, so the group job asks for one cell's CPUs, memory
+    and GPU and for the sum of its cells' times (tests/test_slurm.py checks the real job)."""
     cfg = validate(GPU)
-    one = slurm_jobs.kernel_cell_resources(cfg, 1)
-    assert one == {"threads": 8, "mem_mb": 32000, "runtime": 10 + slurm_jobs.START_UP_MIN, "gres": "gpu:1",
-                   "slurm_extra": "--exclusive"}
-    share = slurm_jobs.kernel_cell_resources(cfg, 8)
-    assert (8 * share["threads"], 8 * share["mem_mb"]) == (8, 32000)  # summed over the group's 8 cells
-    assert share["runtime"] == 8 * (10 + slurm_jobs.START_UP_MIN)     # the longest of them: the group's
-    # A partition's limit caps the job's time.
-    assert slurm_jobs.kernel_cell_resources(validate({**GPU, "slurm_max_runtime_min": 60}), 8)["runtime"] == 60
+    assert slurm_jobs.kernel_cell_resources(cfg, 8) == {
+        "threads": 8, "mem_mb": 32000, "runtime": 10 + slurm_jobs.START_UP_MIN, "gres": "gpu:1",
+        "slurm_extra": "--exclusive"}
+    # Each cell's time is cut so that its group's sum stays within the partition's limit.
+    capped = validate({**GPU, "slurm_max_runtime_min": 60})
+    assert slurm_jobs.kernel_cell_resources(capped, 8)["runtime"] == 7
+    assert slurm_jobs.kernel_cell_resources(capped, 1)["runtime"] == 15
 
 
 def test_a_cp_job_is_one_task_per_node_with_that_nodes_gpus():
     cfg = validate({**GPU, "ranks_per_node": 8, "slurm_cpus_per_cell": 12, "slurm_mem_mb_per_cell": 4000})
     two_nodes = slurm_jobs.cp_cell_resources(cfg, 16)
-    assert two_nodes == {"nodes": 2, "tasks": 2, "tasks_per_gpu": 0, "mpi": "srun", "mem_mb": 8 * 4000,
-                         "runtime": 15, "gres": "gpu:8", "slurm_extra": "--exclusive"}
-    assert slurm_jobs.cp_cell_threads(cfg, 16) == 8 * 12  # --cpus-per-task: the node's ranks' CPUs
+    assert two_nodes == {"nodes": 2, "tasks": 2, "tasks_per_gpu": 0, "mpi": "srun", "cpus_per_task": 8 * 12,
+                         "mem_mb": 8 * 4000, "runtime": 15, "gres": "gpu:8", "slurm_extra": "--exclusive"}
     one_node = slurm_jobs.cp_cell_resources(cfg, 4)
     assert (one_node["nodes"], one_node["gres"], one_node["mpi"], one_node["mem_mb"]) == (1, "gpu:4", "", 16000)
     shared = validate({**GPU, "slurm_exclusive": False})
@@ -123,3 +122,15 @@ def test_lost_cells_name_their_jobs_slurm_log(tmp_path, logdir):
         "results/cells/kernels/test_sleep/causal/float32_fwd_128.json": f"{logdir}/group_kernel_cells/9.log",
         "results/cells/kernels/sdpa_math/causal/float32_fwd_128.json": f"{logdir}/group_kernel_cells/9.log",
     }
+
+
+def test_a_run_that_succeeds_releases_the_copies_of_recorded_rows(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    recorded, only_copy = "results/cells/kernels/a/full/x.json", "results/cells/kernels/b/full/x.json"
+    for out in (recorded, only_copy):
+        kept_rows.keep(out, {"kernel": "x"}, "f", {"status": "ok"})
+    (tmp_path / recorded).parent.mkdir(parents=True)
+    (tmp_path / recorded).write_text("{}")
+    assert kept_rows.release() == 1
+    assert kept_rows.recall(recorded, {"kernel": "x"}, "f") is None
+    assert kept_rows.recall(only_copy, {"kernel": "x"}, "f") == {"status": "ok"}

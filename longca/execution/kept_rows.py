@@ -7,6 +7,8 @@ path as under ``results/cells/``) together with the settings and the code finger
 measured with, and a cell asked to run again first looks there: a row of the same settings and
 code is written back instead of measured again.  A change of settings or code still re-measures
 (Snakemake reruns the cell because its params changed, and the kept row no longer matches).
+A run that succeeds drops the copies whose cell files exist (``release``): kept rows stand only
+between a failed run and the next, so ``--forcerun`` after a good run measures again.
 
 Free of heavy imports: the thin ``run-cell`` client uses it.
 """
@@ -65,3 +67,14 @@ def recall(out: str | os.PathLike, settings: dict, fingerprint: str | None) -> d
     if not same_settings or kept.get("fingerprint") != fingerprint:
         return None
     return kept.get("row")
+
+
+def release() -> int:
+    """Drop the kept copies of rows whose cell file exists (after a run that succeeded: Snakemake
+    has recorded those files).  A copy whose file is gone stays: it may be the only one left."""
+    dropped = 0
+    for path in KEPT.rglob("*.json") if KEPT.exists() else ():
+        if (CELLS / path.relative_to(KEPT)).exists():
+            path.unlink()
+            dropped += 1
+    return dropped

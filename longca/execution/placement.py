@@ -79,3 +79,16 @@ def unplaced_reason(config: dict, where: str, gpus_here: int, cp_size: int) -> s
         return None
     return (f"needs {cp_size} GPUs, one per rank; this run has {gpus_here} "
             f"(CUDA_VISIBLE_DEVICES / nvidia-smi, config.gpus); measured by a run that has them")
+
+
+def one_cell_at_a_time(workflow, cpus_per_cell: int) -> None:
+    """A run that submits jobs and was given no ``--cores``: set it to one cell's CPUs.
+
+    Under a cluster executor ``--cores`` caps each job's threads, and Snakemake packs a group's
+    cells into layers that fit it.  The SLURM executor runs a group's cells one after another, so
+    one cell per layer is what the group job needs: one cell's CPUs and memory, every cell's time
+    (``longca.execution.slurm_jobs``).  Jobs inside the group get the same ``--cores``."""
+    settings = workflow.resource_settings
+    if of_run(workflow) == SUBMITS_JOBS and settings.cores is None:
+        settings.cores = int(cpus_per_cell)
+        workflow.register_resource("_cores", settings.cores)

@@ -1,14 +1,14 @@
 """What each SLURM job asks for: CPUs, memory, GPUs, a time limit and exclusive nodes, from config.
 
-Snakemake's SLURM executor turns a job's resources into ``sbatch`` flags (``threads`` →
-``--cpus-per-task``, ``mem_mb`` → ``--mem`` per node, ``gres`` → ``--gres`` per node, ``runtime`` →
-``-t`` in minutes, ``slurm_extra`` verbatim).  Kernel cells travel in groups (the slurm profile's
-``group-components``) to spread the queueing and start-up over several cells.  Inside a group job
-the executor runs the cells one after another (one job step at a time, seen in tests/test_slurm.py),
-each on the job's GPU.  Snakemake sums a group's integer resources over its cells and takes the
-longest ``runtime``; its string resources (``gres``, ``slurm_extra``) once.  So each kernel cell
-asks for its share of one cell's CPUs and memory (the group asks for one cell's worth), one GPU,
-and the time of the whole group, whose size is known once Snakemake builds the DAG.
+Snakemake's SLURM executor turns a job's resources into ``sbatch`` flags (``threads`` or
+``cpus_per_task`` → ``--cpus-per-task``, ``mem_mb`` → ``--mem`` per node, ``gres`` → ``--gres`` per
+node, ``runtime`` → ``-t`` in minutes, ``slurm_extra`` verbatim).  Kernel cells travel in groups
+(the slurm profile's ``group-components``) to spread the queueing and start-up over several cells.
+Inside a group job the executor runs the cells one after another (one job step at a time, seen in
+tests/test_slurm.py), each on the job's GPU.  Snakemake packs a group's cells into layers that fit
+``--cores``, adds up the layers' ``runtime`` and takes the largest layer's other resources; with
+``--cores`` set to one cell's CPUs (``placement.one_cell_at_a_time``) every layer is one cell, so a
+group job asks for one cell's CPUs, memory and GPU, and for the time of all its cells.
 
 Pure functions of the validated config: the rules call them, the tests assert the job shapes.
 """
@@ -47,12 +47,12 @@ def cell_minutes(config: dict) -> int:
 
 
 def kernel_cell_resources(config: dict, cells_per_job: int) -> dict:
-    """One kernel cell's share of its group job of ``cells_per_job`` cells (the profile's group
-    size): a share of one cell's CPUs and memory, one GPU, and the time all the cells take."""
+    """One kernel cell in a group job of ``cells_per_job`` cells (the profile's group size): its
+    CPUs (``threads``), memory, GPU and time, each cell's time cut so that the whole group's stays
+    within `slurm_max_runtime_min`."""
     k = max(1, int(cells_per_job))
-    resources = {"threads": math.ceil(cell_cpus(config) / k),
-                 "mem_mb": math.ceil(int(config["slurm_mem_mb_per_cell"]) / k),
-                 "runtime": _capped(config, k * cell_minutes(config))}
+    resources = {"threads": cell_cpus(config), "mem_mb": int(config["slurm_mem_mb_per_cell"]),
+                 "runtime": max(1, min(cell_minutes(config), int(config["slurm_max_runtime_min"]) // k))}
     if config["device"] == "cuda":
         resources["gres"] = "gpu:1"
     if config["slurm_exclusive"]:
@@ -76,6 +76,8 @@ def cp_cell_resources(config: dict, cp_size: int) -> dict:
         # The plugin would otherwise read `tasks` as tasks per GPU (--ntasks-per-gpu) for a GPU job.
         "tasks_per_gpu": 0,
         "mpi": "srun" if nodes > 1 else "",
+        # --cpus-per-task, not `threads`: Snakemake caps a job's threads at --cores (one cell's CPUs).
+        "cpus_per_task": per_node * cell_cpus(config),
         "mem_mb": per_node * int(config["slurm_mem_mb_per_cell"]),
         "runtime": _capped(config, cell_minutes(config)),
     }
@@ -84,8 +86,3 @@ def cp_cell_resources(config: dict, cp_size: int) -> dict:
     if config["slurm_exclusive"]:
         resources["slurm_extra"] = "--exclusive"
     return resources
-
-
-def cp_cell_threads(config: dict, cp_size: int) -> int:
-    """CPUs of one CP task (``--cpus-per-task``): its node's ranks, `slurm_cpus_per_cell` each."""
-    return ranks_on_a_node(config, cp_size) * cell_cpus(config)

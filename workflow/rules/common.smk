@@ -37,6 +37,8 @@ CP_CELLS = [cell for cell in ALL_CP_CELLS if cell not in UNPLACED_CP]
 # Every CP row of the grid: the placed cells' and the unplaced ones'.
 CP_ROW_FILES = [cell.path for cell in CP_CELLS] + [
     cell.path.replace("results/cells/cp/", "results/cells/cp_unplaced/", 1) for cell in UNPLACED_CP]
+# On a cluster, a kernel-cell group job runs its cells one after another: Snakemake sizes it so.
+placement.one_cell_at_a_time(workflow, slurm_jobs.cell_cpus(CFG))
 # Partition and account for every job (config or environment); nothing when neither is set.
 SLURM_RESOURCES = longca_config.slurm_resources(CFG) if PLACEMENT != placement.LOCAL else {}
 
@@ -82,13 +84,13 @@ if PLACEMENT == placement.LOCAL:
     CELL_RESOURCES = {} if RESIDENT_CLIENTS else GPU_JOB_RESOURCES
 else:
     # A cluster job: CPUs, memory, GPUs and time limit from config (longca.execution.slurm_jobs).
-    MEASURE_THREADS = slurm_jobs.cell_cpus(CFG)
-    ONE_CELL = slurm_jobs.kernel_cell_resources(CFG, 1)
-    GPU_JOB_RESOURCES = {**{k: v for k, v in ONE_CELL.items() if k != "threads"}, **SLURM_RESOURCES}
-    # A cell's share of its group job, whose size Snakemake knows once it builds the DAG.
-    kernel_job = lambda key: lambda wc: slurm_jobs.kernel_cell_resources(CFG, placement.kernel_cells_per_job(workflow))[key]
-    CELL_THREADS = kernel_job("threads")
-    CELL_RESOURCES = {**{key: kernel_job(key) for key in ONE_CELL if key != "threads"}, **SLURM_RESOURCES}
+    MEASURE_THREADS = CELL_THREADS = slurm_jobs.cell_cpus(CFG)
+    ONE_CELL = {k: v for k, v in slurm_jobs.kernel_cell_resources(CFG, 1).items() if k != "threads"}
+    GPU_JOB_RESOURCES = {**ONE_CELL, **SLURM_RESOURCES}
+    # A cell's time is cut so that its group's stays within the partition's limit: the group size is
+    # known once Snakemake builds the DAG.
+    CELL_RESOURCES = {**GPU_JOB_RESOURCES, "runtime": lambda wc: slurm_jobs.kernel_cell_resources(
+        CFG, placement.kernel_cells_per_job(workflow))["runtime"]}
 
 
 def planned_cell_jobs() -> int:

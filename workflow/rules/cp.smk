@@ -28,18 +28,19 @@ rule cp_cell:
     params:
         settings=cp_cell_settings,
         fingerprint=lambda wc: cached_cp_fingerprint(wc.strategy),
-    threads: lambda wc: MEASURE_THREADS if PLACEMENT == placement.LOCAL else slurm_jobs.cp_cell_threads(CFG, int(wc.cp_size))
+    threads: MEASURE_THREADS
     resources:
         # Locally a CP cell holds cp_size GPUs of the `gpu` resource (one per visible device), so it
         # never shares a GPU with another cell.  On SLURM it is one job of ceil(cp_size /
         # ranks_per_node) nodes, one task per node (srun starts a torchrun agent on each), with each
         # node's GPUs as gres (longca.execution.slurm_jobs).
         **SLURM_RESOURCES,
-        **({} if PLACEMENT != placement.LOCAL else {"gpu": lambda wc: int(wc.cp_size) if GPUS else 0}),
+        **({} if PLACEMENT != placement.LOCAL else {"gpu": lambda wc: int(wc.cp_size) if GPUS else 0,
+                                                    "cpus_per_task": MEASURE_THREADS}),
         **({} if PLACEMENT == placement.LOCAL else
            {key: cp_job_resource(key) for key in slurm_jobs.cp_cell_resources(CFG, 1)}),
     shell:
-        "{PYTHON} -m longca cp-cell --settings {params.settings:q} --threads {threads} "
+        "{PYTHON} -m longca cp-cell --settings {params.settings:q} --threads {resources.cpus_per_task} "
         "--timeout {CP_TIMEOUT_S} --fingerprint {params.fingerprint} "
         "--cell-id {wildcards.strategy}/{wildcards.mask}/{wildcards.dtype}_{wildcards.direction}_{wildcards.tokens}x{wildcards.cp_size} "
         "--out {output} 2> {log}"

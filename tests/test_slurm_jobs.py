@@ -82,6 +82,9 @@ def test_a_kept_row_comes_back_only_for_the_same_settings_and_code(tmp_path, mon
     assert kept_rows.recall(out, settings, "abd") is None  # other code
     assert kept_rows.recall(out, {**settings, "seqlen": 128}, "abc") is None  # other settings
     assert kept_rows.recall(out, settings, None) is None
+    # A failed run's report shows the row whatever its code; rerunning checks the code.
+    assert kept_rows.row_for_settings(out, settings) == row
+    assert kept_rows.row_for_settings(out, {**settings, "seqlen": 128}) is None
     assert kept_rows.kept_path("elsewhere/row.json") is None
     monkeypatch.setenv(kept_rows.FINGERPRINTS_ENV, json.dumps({"sdpa": "abc"}))
     assert kept_rows.kernel_fingerprint("sdpa") == "abc" and kept_rows.kernel_fingerprint("flex") is None

@@ -55,18 +55,34 @@ def keep(out: str | os.PathLike, settings: dict, fingerprint: str | None, row: d
 
 def recall(out: str | os.PathLike, settings: dict, fingerprint: str | None) -> dict | None:
     """The kept row for ``out`` if it was measured with exactly these settings and this code."""
-    path = kept_path(out)
-    if path is None or not fingerprint or not path.exists():
+    if not fingerprint:
         return None
-    try:
-        kept = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    # Through JSON both ways, so that tuples and lists, ints and floats compare as they were written.
-    same_settings = json.loads(json.dumps(settings, sort_keys=True)) == kept.get("settings")
-    if not same_settings or kept.get("fingerprint") != fingerprint:
+    kept = _read(out)
+    if kept is None or not same_settings(kept, settings) or kept.get("fingerprint") != fingerprint:
         return None
     return kept.get("row")
+
+
+def row_for_settings(out: str | os.PathLike, settings: dict) -> dict | None:
+    """The kept row for ``out`` if it was measured with these settings, whatever its code (for a
+    report of a failed run; a cell that runs again checks the code too, with ``recall``)."""
+    kept = _read(out)
+    return kept.get("row") if kept is not None and same_settings(kept, settings) else None
+
+
+def same_settings(kept: dict, settings: dict) -> bool:
+    # Through JSON, so that tuples and lists, ints and floats compare as they were written.
+    return json.loads(json.dumps(settings, sort_keys=True)) == kept.get("settings")
+
+
+def _read(out: str | os.PathLike) -> dict | None:
+    path = kept_path(out)
+    if path is None or not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def release() -> int:

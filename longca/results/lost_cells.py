@@ -143,21 +143,12 @@ def record(cfg: dict, kernel_cells: Iterable, cp_cells: Iterable, main_log=None,
 
 
 def _kept(cell_path: str, settings: dict) -> str | None:
-    """A file holding the cell's kept row when it was measured with these settings (its code
-    fingerprint is checked when the cell runs again), else None."""
-    import json
-
-    path = kept_rows.kept_path(cell_path)
-    if path is None or not path.exists():
-        return None
-    try:
-        kept = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if kept.get("settings") != json.loads(json.dumps(settings, sort_keys=True)):
+    """A file holding the cell's kept row when it was measured with these settings, else None."""
+    row = kept_rows.row_for_settings(cell_path, settings)
+    if row is None:
         return None
     target = LOST_DIR / "kept" / Path(cell_path).relative_to("results/cells")
-    write_json_atomic(kept["row"], target)
+    write_json_atomic(row, target)
     return str(target)
 
 

@@ -266,9 +266,10 @@ def test_new_kernels_are_listed_with_their_availability():
     out = _cli("kernels")
     assert out.returncode == 0
     lines = {line.split()[0]: line for line in out.stdout.splitlines() if line.strip()}
-    assert "unavailable: cudnn is not importable" in lines["cudnn_fe"]
-    assert "unavailable: flash_attn.cute is not importable" in lines["flex_flash"]
-    assert "unavailable: flash_attn.cute is not importable" in lines["flash_attn4"]
+    # On this CPU machine they need CUDA, and their libraries are missing too: both are said.
+    assert "cudnn is not importable" in lines["cudnn_fe"]
+    assert "flash_attn.cute is not importable" in lines["flex_flash"]
+    assert "flash_attn.cute is not importable" in lines["flash_attn4"]
 
 
 def test_an_exception_torch_handled_on_the_way_is_not_a_refusal():

@@ -135,5 +135,6 @@ def test_a_run_that_succeeds_releases_the_copies_of_recorded_rows(tmp_path, monk
     (tmp_path / recorded).parent.mkdir(parents=True)
     (tmp_path / recorded).write_text("{}")
     assert kept_rows.release() == 1
+    assert not (tmp_path / "results/kept/kernels/a").exists()  # emptied folders go too
     assert kept_rows.recall(recorded, {"kernel": "x"}, "f") is None
     assert kept_rows.recall(only_copy, {"kernel": "x"}, "f") == {"status": "ok"}

@@ -93,4 +93,9 @@ def release() -> int:
         if (CELLS / path.relative_to(KEPT)).exists():
             path.unlink()
             dropped += 1
+    for folder in sorted((p for p in KEPT.rglob("*") if p.is_dir()), reverse=True) if KEPT.exists() else ():
+        if not any(folder.iterdir()):
+            folder.rmdir()  # deepest first, so emptied parents go too
+    if KEPT.exists() and not any(KEPT.iterdir()):
+        KEPT.rmdir()
     return dropped

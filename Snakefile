@@ -21,12 +21,6 @@ load_yaml(os.path.join(workflow.basedir, "config", "config.yaml"))
 
 configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
-from longca.execution import placement
-
-# `snakemake all` needs no --cores: a local run uses every core (see the function for why this is
-# not in profiles/default).
-placement.use_all_cores_by_default(workflow)
-
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/kernels.smk"

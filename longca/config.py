@@ -335,8 +335,16 @@ class CPCell:
 
     @property
     def path(self) -> str:
-        return (f"results/cells/cp/{self.strategy}/{self.mask}/"
-                f"{self.dtype}_{self.direction}_{self.tokens_per_rank}x{self.cp_size}.json")
+        return f"results/cells/cp/{self.name}.json"
+
+    @property
+    def unplaced_path(self) -> str:
+        """Where the row of a cell this run cannot place goes (rule cp_cell_unplaced)."""
+        return f"results/cells/cp_unplaced/{self.name}.json"
+
+    @property
+    def name(self) -> str:
+        return f"{self.strategy}/{self.mask}/{self.dtype}_{self.direction}_{self.tokens_per_rank}x{self.cp_size}"
 
 
 def cp_cells(config: dict) -> Iterator[CPCell]:

@@ -27,20 +27,6 @@ def of_run(workflow) -> str:
     return SUBMITS_JOBS if workflow.resource_settings.nodes is not None else LOCAL
 
 
-def use_all_cores_by_default(workflow) -> None:
-    """A local run without ``--cores`` uses every core, so ``snakemake all`` needs no flag.
-
-    This used to be ``cores: all`` in ``profiles/default``, but Snakemake also loads that workflow
-    profile under ``--profile slurm``, where ``--cores`` caps every cluster job's CPUs at the login
-    node's count.  Snakemake itself fills in ``cores`` the same way for dry runs."""
-    settings = workflow.resource_settings
-    if of_run(workflow) == LOCAL and settings.cores is None:
-        from snakemake.utils import available_cpu_count
-
-        settings.cores = available_cpu_count()
-        workflow.register_resource("_cores", settings.cores)
-
-
 def isolation(config: dict, where: str) -> str:
     """The configured isolation, except that a cluster job's cells fork their own measuring child:
     a warm worker or resident lane would outlive the job (and measure the next job's cells)."""
@@ -81,14 +67,24 @@ def unplaced_reason(config: dict, where: str, gpus_here: int, cp_size: int) -> s
             f"(CUDA_VISIBLE_DEVICES / nvidia-smi, config.gpus); measured by a run that has them")
 
 
-def one_cell_at_a_time(workflow, cpus_per_cell: int) -> None:
-    """A run that submits jobs and was given no ``--cores``: set it to one cell's CPUs.
+def default_cores(workflow, where: str, cpus_per_cell: int) -> None:
+    """``--cores`` when none was given (Snakemake itself fills it in the same way for dry runs).
 
-    Under a cluster executor ``--cores`` caps each job's threads, and Snakemake packs a group's
-    cells into layers that fit it.  The SLURM executor runs a group's cells one after another, so
-    one cell per layer is what the group job needs: one cell's CPUs and memory, every cell's time
-    (``longca.execution.slurm_jobs``).  Jobs inside the group get the same ``--cores``."""
+    * A local run uses every core, so ``snakemake all`` needs no flag.  This used to be ``cores:
+      all`` in ``profiles/default``, but Snakemake also loads that workflow profile under
+      ``--profile slurm``, where ``--cores`` capped every cluster job at the login node's cores.
+    * A run that submits jobs gets one cell's CPUs.  Under a cluster executor ``--cores`` caps each
+      job's threads, and Snakemake packs a group's cells into layers that fit it.  The SLURM
+      executor runs a group's cells one after another, so one cell per layer is what the group job
+      needs: one cell's CPUs and memory, every cell's time (``longca.execution.slurm_jobs``).  Jobs
+      inside the group get the same ``--cores``."""
     settings = workflow.resource_settings
-    if of_run(workflow) == SUBMITS_JOBS and settings.cores is None:
+    if settings.cores is not None or where == IN_CLUSTER_JOB:
+        return
+    if where == LOCAL:
+        from snakemake.utils import available_cpu_count
+
+        settings.cores = available_cpu_count()
+    else:
         settings.cores = int(cpus_per_cell)
-        workflow.register_resource("_cores", settings.cores)
+    workflow.register_resource("_cores", settings.cores)

@@ -7,7 +7,7 @@ node, ``runtime`` → ``-t`` in minutes, ``slurm_extra`` verbatim).  Kernel cell
 Inside a group job the executor runs the cells one after another (one job step at a time, seen in
 tests/test_slurm.py), each on the job's GPU.  Snakemake packs a group's cells into layers that fit
 ``--cores``, adds up the layers' ``runtime`` and takes the largest layer's other resources; with
-``--cores`` set to one cell's CPUs (``placement.one_cell_at_a_time``) every layer is one cell, so a
+``--cores`` set to one cell's CPUs (``placement.default_cores``) every layer is one cell, so a
 group job asks for one cell's CPUs, memory and GPU, and for the time of all its cells.
 
 Pure functions of the validated config: the rules call them, the tests assert the job shapes.

@@ -126,9 +126,8 @@ def record(cfg: dict, kernel_cells: Iterable, cp_cells: Iterable, main_log=None,
         if kept := _kept(cell.path, settings):
             cp_rows.append(kept)
             continue
-        cell_id = cell.path.removeprefix("results/cells/cp/").removesuffix(".json")
         lost.append((cell.path, cp_failure_row(settings, "error", _reason(cell.path, known, slurm_logdir),
-                                               cell_id=cell_id, fingerprint=None, wall_s=0.0)))
+                                               cell_id=cell.name, fingerprint=None, wall_s=0.0)))
     out = []
     for path, row in lost:
         target = LOST_DIR / Path(path).relative_to("results/cells")

@@ -18,6 +18,9 @@ PYTHON = sys.executable
 # Where this run's cells are measured, decided while the Snakefile is read (before Snakemake names
 # its executor): here, or in cluster jobs (longca.execution.placement says how it tells).
 PLACEMENT = placement.of_run(workflow)
+# `--cores` when none is given: every core for a local run (so `snakemake all` needs no flag), one
+# cell's CPUs for a run that submits jobs (how Snakemake sizes a group job whose cells run in turn).
+placement.default_cores(workflow, PLACEMENT, slurm_jobs.cell_cpus(CFG))
 # A warm worker or resident lane must not outlive a cluster job: cells there fork their own child.
 ISOLATION = placement.isolation(CFG, PLACEMENT)
 # Isolation and limits reach run-cell as flags, not params: a limit is not part of any cache key.
@@ -35,10 +38,7 @@ UNPLACED_CP = {cell: reason for cell in ALL_CP_CELLS
                if (reason := placement.unplaced_reason(CFG, PLACEMENT, GPUS, cell.cp_size))}
 CP_CELLS = [cell for cell in ALL_CP_CELLS if cell not in UNPLACED_CP]
 # Every CP row of the grid: the placed cells' and the unplaced ones'.
-CP_ROW_FILES = [cell.path for cell in CP_CELLS] + [
-    cell.path.replace("results/cells/cp/", "results/cells/cp_unplaced/", 1) for cell in UNPLACED_CP]
-# On a cluster, a kernel-cell group job runs its cells one after another: Snakemake sizes it so.
-placement.one_cell_at_a_time(workflow, slurm_jobs.cell_cpus(CFG))
+CP_ROW_FILES = [cell.path for cell in CP_CELLS] + [cell.unplaced_path for cell in UNPLACED_CP]
 # Partition and account for every job (config or environment); nothing when neither is set.
 SLURM_RESOURCES = longca_config.slurm_resources(CFG) if PLACEMENT != placement.LOCAL else {}
 

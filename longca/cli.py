@@ -211,9 +211,10 @@ def _cp_cell(args: argparse.Namespace) -> int:
         row = failure_row(settings, "unsupported", args.unsupported, cell_id=cell_id, fingerprint=args.fingerprint,
                           wall_s=0.0)
         write_json_atomic(row, args.out)
-    else:
-        row = run(settings, args.out, cell_id=cell_id, fingerprint=args.fingerprint, timeout_s=args.timeout,
-                  threads=args.threads)
+        print(f"{cell_id}: unsupported ({row['reason']})", file=sys.stderr)
+        return 0  # not a measurement: the progress line counts only the cell jobs it planned
+    row = run(settings, args.out, cell_id=cell_id, fingerprint=args.fingerprint, timeout_s=args.timeout,
+              threads=args.threads)
     summary = f"{cell_id}: {row['status']}"
     summary += (f" {row['tflops_per_gpu']:.3f} TFLOPs/s per GPU" if row["status"] == "ok"
                 else f" ({row['reason']})")

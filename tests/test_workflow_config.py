@@ -9,6 +9,7 @@ import pytest
 from snakemake_run import REPO, command, snakemake, write_config
 
 from longca.config import ConfigError, cell_limits, cell_settings, cp_cell_settings, cp_cells, validate
+from longca.execution import progress
 
 # cp_strategies empty: the default grid's CP cells (on `causal`) would otherwise merge into these configs.
 BASE = {"kernels": ["sdpa", "test_sleep"], "masks": ["full"], "seqlens": [64], "cp_strategies": []}
@@ -164,6 +165,8 @@ def test_a_cp_cell_needing_more_gpus_than_the_run_sees_is_unsupported_at_once(tm
     row = json.loads((tmp_path / unplaced).read_text())
     assert row["status"] == "unsupported" and row["cp_size"] == 2 and row["kind"] == "cp"
     assert "needs 2 GPUs, one per rank; this run has 1" in row["reason"]
+    # Not a measurement: the progress line, whose total counts only measured cells, does not count it.
+    assert (tmp_path / progress.DEFAULT_DIR / "cells.tsv").read_text() == ""
     # With two GPUs the same cell is an ordinary CP cell holding both.
     env["CUDA_VISIBLE_DEVICES"] = "3,5"
     proc = subprocess.run(command(tmp_path, "all", "-n", cores=4), env=env, capture_output=True, text=True)

@@ -98,13 +98,16 @@ def correctness_gate(spec: CPSpec, problem: Problem):
                        dv=strategy.undispatch(grads[2]))
     verdict = None
     if dist.get_rank() == 0:
-        q64, k64, v64 = (t.detach().cpu().to(torch.float64).requires_grad_(backward) for t in (q, k, v))
+        # On rank 0's device, like the kernel gate: a float64 backward on the CPU took most of a
+        # cp_size-1 cell's wall on a GPU.
+        q64, k64, v64 = (t.detach().to(torch.float64).requires_grad_(backward) for t in (q, k, v))
         ref = reference.attention(q64, k64, v64, problem.mask)
         refs = {"out": ref}
         if backward:
             refs.update(zip(("dq", "dk", "dv"),
-                            torch.autograd.grad(ref, (q64, k64, v64), grad_out.cpu().to(torch.float64))))
-        errors = {n: _relative_error(tensors[n].cpu(), refs[n]) for n in refs}
+                            torch.autograd.grad(ref, (q64, k64, v64), grad_out.to(torch.float64))))
+        errors = {n: _relative_error(tensors[n].to(refs[n].device), refs[n]) for n in refs}
+        del q64, k64, v64, ref, refs
         tol = CP_GATE_TOLERANCE[problem.direction][problem.dtype]
         worst = max(errors.values())
         detail = ", ".join(f"{n} {e:.2e}" for n, e in errors.items())

@@ -13,16 +13,25 @@ from the commands it runs inside a job, ``bin/`` holds one wrapper per Slurm com
 and execs the real command, first on ``PATH`` (the jobs inherit ``PATH``).
 
 ``gpus_per_node`` > 0 declares that many GPUs per node as gres, backed by empty files standing in
-for /dev/nvidia*: Slurm allocates them and sets ``CUDA_VISIBLE_DEVICES`` in the job.
+for /dev/nvidia*: Slurm allocates them and sets ``CUDA_VISIBLE_DEVICES`` in the job.  On a GPU
+machine ``gpu_files`` names the real devices instead (one node).
+
+Run as a script, it starts a cluster, runs one command against it and stops it (the command's exit
+code is the script's), e.g. the README's SLURM command on a one-node cluster of a GPU machine:
+
+    python tests/slurm_cluster.py ROOT --nodes 1 --cpus 16 --memory-mb 120000 --gpu-files /dev/nvidia0 \
+        -- snakemake --profile slurm all --configfile config/gpu.yaml --config gpus=1 ranks_per_node=1
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from contextlib import closing
 from pathlib import Path
@@ -49,10 +58,16 @@ def _free_port() -> int:
 
 class Cluster:
     def __init__(self, root: Path, cpus_per_node: int = 2, gpus_per_node: int = 0, memory_mb: int = 2000,
-                 oversubscribe: str = "FORCE:4"):
+                 oversubscribe: str = "FORCE:4", nodes: tuple[str, ...] = NODES, gpu_files: list[str] = (),
+                 without_systemd: bool = False):
         self.root = Path(root)
         self.cpus = cpus_per_node
-        self.gpus = gpus_per_node
+        self.gpu_files = list(gpu_files)
+        self.gpus = len(self.gpu_files) or gpus_per_node
+        self.nodes = tuple(nodes)
+        self.without_systemd = without_systemd
+        if self.gpu_files and len(self.nodes) != 1:
+            raise ValueError("real GPU devices belong to one node: pass one node with gpu_files")
         self.memory_mb = memory_mb
         self.oversubscribe = oversubscribe  # FORCE:n shares nodes whatever a job asks; NO honours --exclusive
         self.procs: dict[str, subprocess.Popen] = {}
@@ -98,19 +113,26 @@ class Cluster:
         if self.gpus:
             lines.append("GresTypes=gpu")
             gres = f" Gres=gpu:{self.gpus}"
-            devices = self.root / "dev"
-            devices.mkdir(exist_ok=True)
-            for i in range(self.gpus):
-                (devices / f"nvidia{i}").touch()
+            files = self.gpu_files
+            if not files:
+                devices = self.root / "dev"
+                devices.mkdir(exist_ok=True)
+                for i in range(self.gpus):
+                    (devices / f"nvidia{i}").touch()
+                files = [str(devices / f"nvidia{i}") for i in range(self.gpus)]
             # gres.conf sits beside slurm.conf, where slurmd looks for it.
-            (self.root / "gres.conf").write_text(f"Name=gpu File={devices}/nvidia[0-{self.gpus - 1}]\n")
-        for name in NODES:
+            (self.root / "gres.conf").write_text("".join(f"Name=gpu File={f}\n" for f in files))
+        for name in self.nodes:
             lines.append(f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} "
                          f"CPUs={self.cpus} RealMemory={self.memory_mb}{gres} State=UNKNOWN")
-        lines.append(f"PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP "
+        lines.append(f"PartitionName=debug Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP "
                      f"OverSubscribe={self.oversubscribe}")
+        if self.without_systemd:
+            # A machine with cgroup v2 but no systemd or D-Bus (a bare VM or container): slurmd makes its
+            # cgroup scope itself instead of asking systemd, which it otherwise cannot start without.
+            (self.root / "cgroup.conf").write_text("CgroupPlugin=cgroup/v2\nIgnoreSystemd=yes\n")
         (self.root / "state").mkdir(parents=True, exist_ok=True)
-        for name in NODES:
+        for name in self.nodes:
             (self.root / "spool" / name).mkdir(parents=True, exist_ok=True)
         self.conf.write_text("\n".join(lines) + "\n")
 
@@ -119,9 +141,12 @@ class Cluster:
         self._write_config()
         sock = self.root / "munge.socket"
         self.env["MUNGE_SOCKET"] = str(sock)  # our own munged, never a system one
+        key = self.root / "munge.key"  # and its own key: a machine may have none (or a real cluster's)
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o600)
         self.procs["munged"] = subprocess.Popen(
             ["munged", "-F", "--force", f"--socket={sock}", f"--pid-file={self.root}/munged.pid",
-             f"--log-file={self.root}/munged.log", f"--seed-file={self.root}/munged.seed"],
+             f"--log-file={self.root}/munged.log", f"--seed-file={self.root}/munged.seed", f"--key-file={key}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self._wait(lambda: sock.exists(), "munged")
         # Slurm's auth/munge plugin finds the socket through its config, not the environment.
@@ -130,7 +155,7 @@ class Cluster:
         self._write_wrappers()
         self.procs["slurmctld"] = subprocess.Popen(["slurmctld", "-D", "-i", "-f", str(self.conf)], env=self.env,
                                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for name in NODES:
+        for name in self.nodes:
             self.procs[name] = subprocess.Popen(["slurmd", "-D", "-N", name, "-f", str(self.conf)], env=self.env,
                                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self._wait(self._nodes_idle, "slurmd nodes idle", timeout=90)
@@ -139,7 +164,7 @@ class Cluster:
     def _nodes_idle(self) -> bool:
         out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=self.env, capture_output=True, text=True)
         states = dict(line.split() for line in out.stdout.splitlines() if line.strip())
-        return all(states.get(n, "").startswith(("idle", "mix", "alloc")) for n in NODES)
+        return all(states.get(n, "").startswith(("idle", "mix", "alloc")) for n in self.nodes)
 
     def _wait(self, ready, what: str, timeout: float = 30) -> None:
         deadline = time.time() + timeout
@@ -163,3 +188,36 @@ class Cluster:
                     p.kill()
                     p.wait()
         self.procs.clear()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Start a private Slurm cluster, run one command against it, stop it.")
+    ap.add_argument("root", type=Path, help="a folder for the cluster's config, state and logs")
+    ap.add_argument("--nodes", type=int, default=len(NODES), help="slurmd daemons (nodes n1, n2, ...)")
+    ap.add_argument("--cpus", type=int, default=2, help="CPUs each node declares")
+    ap.add_argument("--memory-mb", type=int, default=2000, help="memory each node declares")
+    ap.add_argument("--gpus", type=int, default=0, help="stand-in GPUs per node (empty files)")
+    ap.add_argument("--gpu-files", nargs="*", default=[], help="real GPU devices of the one node (/dev/nvidia0 ...)")
+    ap.add_argument("--without-systemd", action="store_true",
+                    help="cgroup v2 without systemd/D-Bus: slurmd makes its cgroup scope itself")
+    ap.add_argument("--oversubscribe", default="NO", help="the partition's OverSubscribe (NO honours --exclusive)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in argv or argv.index("--") == len(argv) - 1:
+        ap.error("no command: give it after --")
+    split = argv.index("--")
+    args, command = ap.parse_args(argv[:split]), argv[split + 1:]
+    args.root.mkdir(parents=True, exist_ok=True)
+    cluster = Cluster(args.root.resolve(), cpus_per_node=args.cpus, gpus_per_node=args.gpus,
+                      memory_mb=args.memory_mb, oversubscribe=args.oversubscribe,
+                      nodes=tuple(f"n{i + 1}" for i in range(args.nodes)), gpu_files=args.gpu_files,
+                      without_systemd=args.without_systemd)
+    try:
+        cluster.start()
+        print(f"slurm_cluster: {args.nodes} node(s) up; config {cluster.conf}", file=sys.stderr, flush=True)
+        return subprocess.run(command, env=cluster.env).returncode
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

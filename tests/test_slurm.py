@@ -211,3 +211,19 @@ def test_gpu_jobs_ask_for_one_nodes_gpus_cpus_and_memory_exclusively(gpu_cluster
     assert all(r.get("isolation") in ("fork", None) for r in rows), rows
     survivors = subprocess.run(["pgrep", "-f", f"longca (worker|lane).*{work}"], capture_output=True, text=True)
     assert survivors.stdout == "", survivors.stdout
+
+
+def test_the_cluster_script_runs_one_command_against_a_one_node_cluster_and_stops_it(tmp_path):
+    """`python tests/slurm_cluster.py ROOT --nodes 1 ... -- COMMAND` (how the README's SLURM command
+    runs on a one-node cluster of a GPU machine): the command sees the private cluster, its exit code
+    is the script's, and no daemon outlives the script."""
+    script = Path(__file__).with_name("slurm_cluster.py")
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "c"), "--nodes", "1", "--cpus", "2", "--",
+                           "sh", "-c", 'sinfo -h -N -o "%N %c" && srun -n1 sh -c "exit 3"'],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["n1", "2"]
+    # munged, slurmctld and slurmd all name the cluster's folder on their command line.
+    left = subprocess.run(["pgrep", "-af", str(tmp_path / "c")], capture_output=True, text=True).stdout
+    assert left == "", left
+    assert not (tmp_path / "c" / "cgroup.conf").exists()  # only with --without-systemd

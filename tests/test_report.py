@@ -106,7 +106,7 @@ def test_the_first_screen_answers_which_kernel(page):
     assert by_mask["sliding"][0].startswith("slow_kernel 1 TFLOPs/s at 256 tokens")
     assert "fastest at 2/3 lengths" in by_mask["sliding"][0]
     assert by_mask["sliding"][1].startswith("fast_kernel 1.6 TFLOPs/s at 256 tokens")
-    assert "×2.00 vs slow_kernel (0.8)" in by_mask["sliding"][1]
+    assert "2.00× over slow_kernel (0.8)" in by_mask["sliding"][1]
 
 
 def test_the_first_screen_answers_per_mask_and_length(page):
@@ -140,7 +140,10 @@ def test_a_length_where_no_kernel_produced_a_number_says_so(tmp_path):
 def test_seqlen_answer_formats_margins_ties_and_partial_statuses():
     e = {"runner_up": "b", "ratio": 1.176, "tie": False}
     assert report.margin_text(e) == "1.18× over b"
-    assert report.margin_text({**e, "tie": True}) == "tied with b"
+    assert report.margin_text({**e, "tie": True}) == "tied with b (1.18×)"
+    assert report.margin_text({**e, "ratio": 1.0, "tie": True}) == "tied with b"
+    assert report.margin_text({**e, "ratio": 1.03, "tie": True, "tied": ["b", "c"]}) == "tied with b, c (1.03×)"
+    assert report.margin_text({**e, "unsteady": True}) == "1.18× over b · unsteady"
     assert report.margin_text({"runner_up": None}) == "only kernel with a number"
     cell = {"seqlen": 2048, "entries": {"fwd": None}, "unsupported": [("a", []), ("b", ["bwd"])], "oom": []}
     shown = report.seqlen_answer(cell)

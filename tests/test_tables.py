@@ -158,6 +158,26 @@ def test_seqlen_winners_give_the_winner_margin_and_the_x_and_e_names():
     assert (none["unsupported"], none["oom"], none["failed"]) == (["b", "c"], ["a"], "2 unsupported, 1 oom")
 
 
+def test_a_margin_inside_the_tie_margin_is_a_tie_naming_every_kernel_inside_it():
+    df = _seqlen_frame()
+    # 1K forward: a 6.0 over b 5.0 is 1.2×: a win at a 10 % margin, a tie at 25 %.
+    at = {m: {(w["seqlen"], w["direction"]): w for w in tables.seqlen_winners(df, tie_margin=m)} for m in (0.1, 0.25)}
+    assert (at[0.1][(1024, "fwd")]["tie"], at[0.1][(1024, "fwd")]["tied"]) == (False, [])
+    assert (at[0.25][(1024, "fwd")]["tie"], at[0.25][(1024, "fwd")]["tied"]) == (True, ["b"])
+    assert at[0.1][(1024, "fwd")]["kernel"] == "a"  # still listed first: the larger median
+    ranked = pd.DataFrame({"kernel": ["a", "b", "c"], "tflops": [100.0, 96.0, 94.0]})
+    assert tables.tied_with(ranked, "tflops", "kernel", 0.05) == ["b"]
+    assert tables.tied_with(ranked, "tflops", "kernel", 0.07) == ["b", "c"]
+
+
+def test_a_row_is_unsteady_when_its_warmup_never_settled_or_its_spread_is_wide():
+    steady = pd.Series({"tflops_p20": 100.0, "tflops_p80": 105.0, "warmup_steady": True})
+    assert not tables.unsteady(steady)
+    assert tables.unsteady(pd.Series({**steady, "tflops_p80": 112.0}))  # p80/p20 1.12
+    assert tables.unsteady(pd.Series({"tflops_p20": 100.0, "tflops_p80": 101.0, "warmup_steady": np.False_}))
+    assert not tables.unsteady(pd.Series({"tflops_p20": 100.0, "tflops_p80": 101.0, "warmup_steady": None}))
+
+
 def test_only_ok_rows_win_a_length():
     df = _seqlen_frame()
     df.loc[(df["kernel"] == "a") & (df["seqlen"] == 1024) & (df["direction"] == "fwd"), "status"] = "wrong"

@@ -177,18 +177,22 @@ def kernel_answer(e: dict, row_ids: dict[str, str] | None = None) -> dict:
     if "runner_up" in e:
         shown.update(runner_up=e["runner_up"], runner_up_tflops=fmt_number(e["runner_up_tflops"]),
                      ratio=f"{e['ratio']:.2f}" if e["ratio"] is not None else None,
-                     runner_up_row_id=row_ids.get(e["runner_up_cell_id"]))
+                     runner_up_row_id=row_ids.get(e["runner_up_cell_id"]), margin=margin_text(e))
     return shown
 
 
 def margin_text(e: dict) -> str:
-    """A ``tables.seqlen_winners`` entry's margin: ``1.18× over flex_flash``, ``tied with b``, or
-    ``only kernel with a number``."""
+    """A ``tables.seqlen_winners`` (or ``best_kernels``) entry's margin: ``1.18× over flex_flash``,
+    ``tied with b, c (1.03×)`` when they are within the run-to-run spread, or ``only kernel with a
+    number``; `` · unsteady`` when the winner's or runner-up's row is."""
     if e["runner_up"] is None:
         return "only kernel with a number"
-    if e["tie"]:
-        return f"tied with {e['runner_up']}"
-    return f"{e['ratio']:.2f}× over {e['runner_up']}" if e["ratio"] is not None else f"over {e['runner_up']}"
+    if e.get("tie"):
+        names = ", ".join(e.get("tied") or [e["runner_up"]])
+        text = f"tied with {names}" + (f" ({e['ratio']:.2f}×)" if e["ratio"] not in (None, 1.0) else "")
+    else:
+        text = f"{e['ratio']:.2f}× over {e['runner_up']}" if e["ratio"] is not None else f"over {e['runner_up']}"
+    return text + (" · unsteady" if e.get("unsteady") else "")
 
 
 def _status_names(pairs: list[tuple[str, list[str]]]) -> str:
@@ -233,7 +237,8 @@ def strategy_answer(e: dict, row_ids: dict[str, str] | None = None) -> dict:
                  efficiency=fmt_number(e["efficiency"], 3) if pd.notna(e["efficiency"]) else None,
                  baseline_note=e["baseline_note"], row_id=row_ids.get(e["cell_id"]))
     if "runner_up" in e:
-        shown.update(runner_up=e["runner_up"], runner_up_tflops=fmt_number(e["runner_up_tflops"]))
+        shown.update(runner_up=e["runner_up"], runner_up_tflops=fmt_number(e["runner_up_tflops"]),
+                     tied=", ".join(e["tied"]), unsteady=e["unsteady"])
     return shown
 
 
@@ -380,13 +385,15 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
     cp_ids = {cid: r["id"] for cid, r in zip(cp["cell_id"], cp_rows)} if len(cp) else {}
 
     kernel_combos = tables.combos(kernels)
-    grid = tables.seqlen_winner_grid(kernels, masks)
+    # Winners only beyond the run-to-run spread (config `tie_margin`); without a config, exact ties.
+    tie_margin = float((config or {}).get("tie_margin", 0.0))
+    grid = tables.seqlen_winner_grid(kernels, masks, tie_margin)
     by_seqlen = {"seqlens": [seqlen_label(s) for s in grid["seqlens"]],
                  "rows": [{"mask": r["mask"], "dtype": r["dtype"],
                            "cells": [seqlen_answer(c, kernel_ids) for c in r["cells"]]} for r in grid["rows"]]}
-    best_k = [kernel_answer(e, kernel_ids) for e in tables.best_kernels(kernels, masks)]
+    best_k = [kernel_answer(e, kernel_ids) for e in tables.best_kernels(kernels, masks, tie_margin)]
     cp_masks = tables.mask_order(cp, masks)
-    best_cp = [strategy_answer(e, cp_ids) for e in tables.best_strategies(cp, masks)]
+    best_cp = [strategy_answer(e, cp_ids) for e in tables.best_strategies(cp, masks, tie_margin)]
     cp_combos = tables.combos(cp)
 
     # Failed cells, kernel and CP, with their reason, log and the row behind them.
@@ -480,7 +487,7 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
         "markers": [(m, s, STATUS_LABELS[s]) for s, m in STATUS_MARKERS.items()],
         "devices": devices,
         "masks": masks,
-        "by_seqlen": by_seqlen,
+        "by_seqlen": by_seqlen, "tie_margin": tie_margin, "unsteady_spread": tables.UNSTEADY_SPREAD,
         "kernel_combos": kernel_combos, "best_kernels": tables.answer_grid(best_k, ["mask"], kernel_combos),
         "best_kernel_list": best_k,
         "kernel_many_dtypes": len({t for _, t in kernel_combos}) > 1,

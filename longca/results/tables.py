@@ -61,6 +61,29 @@ def ok_rows(df: pd.DataFrame, value: str = "tflops") -> pd.DataFrame:
 # --- what a table spans ----------------------------------------------------------------------
 
 
+# A row whose p80/p20 spread exceeds this is flagged unsteady in the report.
+UNSTEADY_SPREAD = 1.10
+
+
+def tied_with(ranked: pd.DataFrame, value: str, name: str, tie_margin: float) -> list[str]:
+    """The names after the first of ``ranked`` (sorted fastest first) whose ``value`` is within
+    ``tie_margin`` of the first's: a second run could order them either way (the config's
+    ``tie_margin`` is the measured run-to-run spread), so the first does not beat them."""
+    top = float(ranked.iloc[0][value])
+    return [str(n) for n, v in zip(ranked[name].iloc[1:], ranked[value].iloc[1:])
+            if float(v) * (1.0 + tie_margin) >= top]
+
+
+def unsteady(row: pd.Series, value: str = "tflops") -> bool:
+    """A row whose figure is shaky: its warm-up never became steady, or its p80/p20 exceeds
+    ``UNSTEADY_SPREAD``."""
+    low, high = row.get(f"{value}_p20"), row.get(f"{value}_p80")
+    spread = float(high) / float(low) if pd.notna(low) and pd.notna(high) and float(low) > 0 else 1.0
+    steady = row.get("warmup_steady")
+    never_steady = steady is not None and not pd.isna(steady) and not bool(steady)
+    return bool(never_steady or spread > UNSTEADY_SPREAD)
+
+
 def directions(df: pd.DataFrame) -> list[str]:
     """Directions present: forward, backward, then any other (sorted)."""
     present = set(df["direction"]) if len(df) else set()
@@ -113,14 +136,15 @@ def best_per_kernel_mask(df: pd.DataFrame) -> pd.DataFrame:
                                           "n_cells"])
 
 
-def best_kernels(df: pd.DataFrame, masks: list[str] | None = None) -> list[dict]:
+def best_kernels(df: pd.DataFrame, masks: list[str] | None = None, tie_margin: float = 0.0) -> list[dict]:
     """The fastest correct kernel per (mask, direction, dtype), at the longest seqlen where any
     kernel produced a number; with the runner-up there, and at how many lengths it was fastest.
 
     An entry always has ``mask``, ``direction``, ``dtype``, ``kernel`` (``None`` when no kernel
     produced a number) and ``longest_grid``; with a winner also ``seqlen``, ``tflops``,
     ``tflops_p20``, ``tflops_p80``, ``cell_id``, ``wins`` and ``lengths``, and, when another kernel
-    has a number there, ``runner_up``, ``runner_up_tflops``, ``runner_up_cell_id`` and ``ratio``;
+    has a number there, ``runner_up``, ``runner_up_tflops``, ``runner_up_cell_id``, ``ratio``, ``tied``
+    (``tied_with``) and ``tie``; ``unsteady`` when the winner's or runner-up's row is (``unsteady``);
     ``note`` says why longer lengths (or all) have no number.  Entries follow ``mask_order``."""
     best = []
     for (mask, direction, dtype), group in df.groupby(["mask", "direction", "dtype"], sort=False):
@@ -140,9 +164,11 @@ def best_kernels(df: pd.DataFrame, masks: list[str] | None = None) -> list[dict]
                      wins=int((winners == top["kernel"]).sum()), lengths=len(winners))
         if len(at) > 1:
             second = at.iloc[1]
+            tied = tied_with(at, "tflops", "kernel", tie_margin)
             entry.update(runner_up=second["kernel"], runner_up_tflops=second["tflops"],
                          runner_up_cell_id=second["cell_id"],
-                         ratio=float(top["tflops"]) / float(second["tflops"]) if second["tflops"] else None)
+                         ratio=float(top["tflops"]) / float(second["tflops"]) if second["tflops"] else None,
+                         tied=tied, tie=bool(tied), unsteady=unsteady(top) or unsteady(second))
         if longest < entry["longest_grid"]:
             failed = group[group["seqlen"] > longest]
             entry["note"] = (f"no kernel produced a number above {seqlen_label(longest)} ("
@@ -153,7 +179,7 @@ def best_kernels(df: pd.DataFrame, masks: list[str] | None = None) -> list[dict]
     return best
 
 
-def seqlen_winners(df: pd.DataFrame) -> list[dict]:
+def seqlen_winners(df: pd.DataFrame, tie_margin: float = 0.0) -> list[dict]:
     """Per (mask, dtype, direction, seqlen): the fastest ``ok`` kernel there and its margin over the
     runner-up, and which kernels cannot run the cell (``unsupported``) or ran out of memory (``oom``).
 
@@ -162,8 +188,9 @@ def seqlen_winners(df: pd.DataFrame) -> list[dict]:
     a row there, sorted) and ``failed`` (a
     ``status_summary`` of every row without a number, ``""`` when none); with a winner also
     ``tflops`` and ``cell_id``, and ``runner_up``, ``runner_up_tflops`` and ``ratio`` (winner ÷
-    runner-up; ``None`` where there is no other number).  ``tie`` is True when the runner-up
-    reached the same TFLOPs/s."""
+    runner-up; ``None`` where there is no other number).  ``tied`` names the kernels within
+    ``tie_margin`` of the winner (``tied_with``) and ``tie`` is True when there are any; ``unsteady``
+    when the winner's or runner-up's row is (``unsteady``)."""
     entries = []
     for (mask, dtype, direction, seqlen), g in df.groupby(["mask", "dtype", "direction", "seqlen"], sort=True):
         ok = ok_rows(g).sort_values(["tflops", "kernel"], ascending=[False, True])
@@ -172,20 +199,22 @@ def seqlen_winners(df: pd.DataFrame) -> list[dict]:
              "unsupported": sorted(set(g.loc[g["status"] == "unsupported", "kernel"])),
              "oom": sorted(set(g.loc[g["status"] == "oom", "kernel"])), "measured": sorted(set(g["kernel"])),
              "failed": status_summary(failed["status"]) if len(failed) else "",
-             "runner_up": None, "runner_up_tflops": None, "ratio": None, "tie": False}
+             "runner_up": None, "runner_up_tflops": None, "ratio": None, "tie": False, "tied": [],
+             "unsteady": False}
         if len(ok):
             top = ok.iloc[0]
             e.update(kernel=top["kernel"], tflops=float(top["tflops"]), cell_id=top["cell_id"])
         if len(ok) > 1:
             second = ok.iloc[1]
+            tied = tied_with(ok, "tflops", "kernel", tie_margin)
             e.update(runner_up=second["kernel"], runner_up_tflops=float(second["tflops"]),
                      ratio=float(top["tflops"]) / float(second["tflops"]) if second["tflops"] else None,
-                     tie=bool(top["tflops"] == second["tflops"]))
+                     tied=tied, tie=bool(tied), unsteady=unsteady(top) or unsteady(second))
         entries.append(e)
     return entries
 
 
-def seqlen_winner_grid(df: pd.DataFrame, masks: list[str] | None = None) -> dict:
+def seqlen_winner_grid(df: pd.DataFrame, masks: list[str] | None = None, tie_margin: float = 0.0) -> dict:
     """``seqlen_winners`` laid out as the first screen's table: ``seqlens`` (the columns, sorted),
     ``directions`` and ``rows``, one per (mask, dtype) in ``mask_order``, each ``{"mask", "dtype",
     "cells"}`` with a cell per seqlen: ``None`` where that mask was not measured at that length,
@@ -197,7 +226,7 @@ def seqlen_winner_grid(df: pd.DataFrame, masks: list[str] | None = None) -> dict
     seqlens = sorted(int(s) for s in df["seqlen"].unique())
     dirs = directions(df)
     by_key: dict[tuple, dict] = {}
-    for e in seqlen_winners(df):
+    for e in seqlen_winners(df, tie_margin):
         by_key.setdefault((e["mask"], e["dtype"], e["seqlen"]), {})[e["direction"]] = e
     rows = []
     for mask in mask_order(df, masks):
@@ -369,7 +398,7 @@ def cp_table(cp: pd.DataFrame | None, kernels: pd.DataFrame) -> pd.DataFrame:
     return cp
 
 
-def best_strategies(cp: pd.DataFrame, masks: list[str] | None = None) -> list[dict]:
+def best_strategies(cp: pd.DataFrame, masks: list[str] | None = None, tie_margin: float = 0.0) -> list[dict]:
     """The fastest correct CP strategy per (mask, cp_size, direction, dtype) by per-GPU TFLOPs/s, at
     the longest global seqlen where any strategy produced a number; ``cp`` comes from
     ``cp_efficiency`` (it has ``tokens_per_rank``, ``efficiency`` and ``baseline_note``).
@@ -377,8 +406,8 @@ def best_strategies(cp: pd.DataFrame, masks: list[str] | None = None) -> list[di
     An entry always has ``mask``, ``cp_size``, ``direction``, ``dtype`` and ``strategy`` (``None``
     when no strategy produced a number); with a winner also ``local_kernel``, ``seqlen``,
     ``tokens_per_rank`` (or ``None``), ``tflops_per_gpu``, ``efficiency``, ``baseline_note`` and
-    ``cell_id``, and ``runner_up`` / ``runner_up_tflops`` when another strategy has a number there;
-    ``note`` as in ``best_kernels``.  Entries follow ``mask_order``, then cp_size."""
+    ``cell_id``, and ``runner_up`` / ``runner_up_tflops`` / ``tied`` / ``tie`` / ``unsteady`` (as in
+    ``best_kernels``) when another strategy has a number there; ``note`` as in ``best_kernels``.  Entries follow ``mask_order``, then cp_size."""
     best = []
     if cp.empty:
         return best
@@ -399,7 +428,9 @@ def best_strategies(cp: pd.DataFrame, masks: list[str] | None = None) -> list[di
                      baseline_note=top["baseline_note"], cell_id=top["cell_id"])
         if len(at) > 1:
             second = at.iloc[1]
-            entry.update(runner_up=second["strategy"], runner_up_tflops=second["tflops_per_gpu"])
+            tied = tied_with(at, "tflops_per_gpu", "strategy", tie_margin)
+            entry.update(runner_up=second["strategy"], runner_up_tflops=second["tflops_per_gpu"], tied=tied,
+                         tie=bool(tied), unsteady=unsteady(top, "tflops_per_gpu") or unsteady(second, "tflops_per_gpu"))
         if longest < int(group["seqlen"].max()):
             failed = group[group["seqlen"] > longest]
             entry["note"] = (f"no strategy produced a number above {seqlen_label(longest)} ("

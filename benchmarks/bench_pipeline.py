@@ -68,6 +68,8 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+# The workflow's default config, which Snakemake reads before any --configfile.
+WORKFLOW_CONFIG = REPO / "config" / "config.yaml"
 sys.path.insert(0, str(REPO))
 
 from longca import config as longca_config  # noqa: E402
@@ -117,7 +119,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def grid_config(args) -> dict:
     from longca import kernels
 
-    merged = longca_config.merge_files([args.configfile])
+    merged = longca_config.merge_files([WORKFLOW_CONFIG, args.configfile])
     # available() returns why a kernel cannot run here, or None: absent libraries are left out, since
     # their cells cost nothing on either side and would only pad both wall times.
     names = args.kernels or [k for k in merged["kernels"] if not kernels.get(k).available()]
@@ -239,7 +241,7 @@ def bare_only(argv: list[str]) -> int:
     """``--bare-only OUT.json CONFIGFILE OVERRIDES --harness|--no-harness CELL_PATH...``: the bare
     loop over those cells, rows to OUT."""
     out, configfile, overrides, harness, *paths = argv
-    cfg = longca_config.validate(longca_config.merge_files([Path(configfile), Path(overrides)]))
+    cfg = longca_config.validate(longca_config.merge_files([WORKFLOW_CONFIG, Path(configfile), Path(overrides)]))
     by_path = {c.path: c for c in longca_config.kernel_cells(cfg)}
     rows = run_bare(cfg, [by_path[p] for p in paths], harness == "--harness")[2]
     Path(out).write_text(json.dumps(rows))
@@ -560,7 +562,7 @@ def main(argv=None) -> int:
     overrides_path = args.work / "overrides.yaml"
     overrides_path.write_text(yaml.safe_dump(overrides))
     (args.outdir / "overrides.yaml").write_text(yaml.safe_dump(overrides))
-    cfg = longca_config.validate(longca_config.merge_files([args.configfile, overrides_path]))
+    cfg = longca_config.validate(longca_config.merge_files([WORKFLOW_CONFIG, args.configfile, overrides_path]))
     retest_paths = named_cells(cfg, args.retest_cells) if args.retest_cells else None  # before any work
     state = load_state(args.work)
     done = {c["seqlen"] for c in state["chunks"]}

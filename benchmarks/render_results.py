@@ -29,6 +29,9 @@ from longca.results import parquet as results
 from longca.results import plots, tables
 from longca.results.report import Figures, render
 
+# The workflow's default config, which Snakemake reads before any --configfile.
+WORKFLOW_CONFIG = Path(__file__).resolve().parent.parent / "config" / "config.yaml"
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -38,7 +41,7 @@ def main() -> int:
     ap.add_argument("--config", nargs="*", default=[], help="the config files the run used, in order")
     args = ap.parse_args()
 
-    config = config_mod.validate(config_mod.merge_files(args.config))
+    config = config_mod.validate(config_mod.merge_files([WORKFLOW_CONFIG, *args.config]))
     args.out.mkdir(parents=True, exist_ok=True)
     if args.results.suffix == ".parquet":
         if not args.results.is_file():

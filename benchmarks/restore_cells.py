@@ -42,6 +42,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# The workflow's default config, which Snakemake reads before any --configfile.
+WORKFLOW_CONFIG = REPO / "config" / "config.yaml"
 sys.path.insert(0, str(REPO))
 
 from longca import config as config_mod  # noqa: E402
@@ -132,8 +134,8 @@ def read_archive(path: Path) -> dict[str, dict]:
 
 
 def restore(args) -> dict:
-    cfg = config_mod.validate(config_mod.merge_files(args.config))
-    reps_then = config_mod.validate(config_mod.merge_files(args.measured_with))["timing"]["reps"]
+    cfg = config_mod.validate(config_mod.merge_files([WORKFLOW_CONFIG, *args.config]))
+    reps_then = config_mod.validate(config_mod.merge_files([WORKFLOW_CONFIG, *args.measured_with]))["timing"]["reps"]
     cells = {c.path: c for c in config_mod.kernel_cells(cfg)}
     rows = read_archive(args.archive)
     kernels_seen = sorted({r["kernel"] for r in rows.values()})

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# The workflow's default config, which Snakemake reads before any --configfile.
+WORKFLOW_CONFIG = REPO / "config" / "config.yaml"
 sys.path.insert(0, str(REPO))
 
 from longca import config as longca_config  # noqa: E402
@@ -55,7 +57,7 @@ def specs(configfile: Path, names: list[str]) -> list:
     """The cells' settings; a name that is no cell of the config stops the run before any work."""
     from longca.execution.cell import CellSpec
 
-    cfg = longca_config.validate(longca_config.merge_files([configfile]))
+    cfg = longca_config.validate(longca_config.merge_files([WORKFLOW_CONFIG, configfile]))
     try:
         cells = longca_config.named_cells(cfg, names)
     except longca_config.ConfigError as exc:

@@ -20,7 +20,7 @@ import yaml
 
 from .attention import masks, varlen
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA_PATH = Path(__file__).resolve().parent / "config.schema.yaml"  # package data (pyproject.toml)
 
 
 class ConfigError(ValueError):
@@ -103,10 +103,11 @@ DEVICE_DEFAULTS = {
 
 
 def merge_files(paths: list[str | Path]) -> dict:
-    """config/config.yaml, then each file over it, nested mappings merged, as Snakemake merges
-    ``--configfile`` (for code that rebuilds a run's config outside Snakemake)."""
+    """Each file over the ones before it, nested mappings merged, as Snakemake merges ``--configfile``
+    over the Snakefile's ``configfile:`` (for code that rebuilds a run's config outside Snakemake,
+    which lists the workflow's default config first: the package knows no workflow folder)."""
     merged: dict = {}
-    for path in [Path(__file__).resolve().parent.parent / "config" / "config.yaml", *map(Path, paths)]:
+    for path in map(Path, paths):
         _merge_into(merged, load_yaml(path) or {})
     return merged
 

@@ -1,4 +1,4 @@
-"""``longca.flops``: the name DESIGN.md's contract gives ``attention_flops``, kept for code outside this
+"""``longca.flops``: the public name (docs/architecture.md, "Public names") of ``attention_flops``, kept for code outside this
 repository; it lives in ``longca.attention.flops``."""
 
 from .attention.flops import attention_flops  # noqa: F401

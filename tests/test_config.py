@@ -49,19 +49,19 @@ def test_bad_config_names_the_key(bad, named):
 
 
 def test_cuda_cells_time_graph_replays_by_default_and_the_setting_is_part_of_the_cache_key():
-    gpu = validate(merge_files([REPO / "config" / "gpu.yaml"]))
+    gpu = validate(merge_files([REPO / "config" / "config.yaml", REPO / "config" / "gpu.yaml"]))
     c = next(kernel_cells(gpu))
     cell = (c.kernel, c.mask, c.seqlen, c.direction, c.dtype)
     assert cell_settings(gpu, *cell)["cuda_graph"] is True
-    eager = validate(merge_files([REPO / "config" / "gpu.yaml"]) | {"timing": {"cuda_graph": False}})
+    eager = validate(merge_files([REPO / "config" / "config.yaml", REPO / "config" / "gpu.yaml"]) | {"timing": {"cuda_graph": False}})
     assert "cuda_graph" not in cell_settings(eager, *cell)
-    cpu = validate(merge_files([]))
+    cpu = validate(merge_files([REPO / "config" / "config.yaml"]))
     c = next(kernel_cells(cpu))
     assert "cuda_graph" not in cell_settings(cpu, c.kernel, c.mask, c.seqlen, c.direction, c.dtype)
 
 
 def test_a_cuda_graph_setting_that_is_not_a_boolean_is_named():
-    bad = merge_files([]) | {"timing": {"cuda_graph": "often"}}
+    bad = merge_files([REPO / "config" / "config.yaml"]) | {"timing": {"cuda_graph": "often"}}
     with pytest.raises(ConfigError, match=r"config\.timing\.cuda_graph"):
         validate(bad)
 
@@ -112,10 +112,10 @@ def test_exponent_floats_are_numbers_and_checked_as_numbers(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("timing: {rep_ms: 1e300}\n")
     with pytest.raises(ConfigError, match=r"config\.timing\.rep_ms: 1e\+300 is greater than the maximum"):
-        validate(merge_files([path]))
+        validate(merge_files([REPO / "config" / "config.yaml", path]))
     path.write_text("timing: {rep_ms: 5e1, warmup_ms: 2.5E+1}\n"
                     "masks: [{name: bs, pattern: block_sparse, params: {block: 16, density: 5e-1}}]\n")
-    cfg = validate({**merge_files([path]), "seqlens": [64], "cp_strategies": []})
+    cfg = validate({**merge_files([REPO / "config" / "config.yaml", path]), "seqlens": [64], "cp_strategies": []})
     assert cfg["timing"]["rep_ms"] == 50.0 and cfg["timing"]["warmup_ms"] == 25.0
     assert cfg["masks"][0]["params"]["density"] == 0.5
     with pytest.raises(ConfigError, match=r"config\.timing\.rep_ms: 'fast' is not of type 'number'"):

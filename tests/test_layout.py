@@ -9,8 +9,6 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "longca"
 # Layer of each subpackage; a module may import its own layer and those below.
 LAYERS = {"attention": 0, "kernels": 1, "cp": 1, "execution": 2, "results": 3}
-# Entry points sit above every layer: `python -m longca.cp` is what torchrun starts on each rank.
-ENTRY_POINTS = {"cp/__main__.py"}
 
 
 def imported_modules(path: Path, source: str | None = None) -> set[str]:
@@ -38,7 +36,7 @@ def test_layers_import_only_downwards():
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
         here = rel.split("/")[0]
-        if here not in LAYERS or rel in ENTRY_POINTS:
+        if here not in LAYERS:
             continue
         for module in imported_modules(path):
             there = layer_of(module)
@@ -100,3 +98,22 @@ def test_the_measurement_fingerprint_covers_every_module_a_cell_measures_with():
     for path in [p for p in listed if p.suffix == ".py"]:
         missing |= {m for m in _imported_modules(path) if m not in listed and m not in adapters}
     assert not missing, sorted(str(m.relative_to(PACKAGE)) for m in missing)
+
+
+def test_the_package_builds_no_path_into_the_workflow_or_its_config():
+    """The package owns its files (schema, templates: package data); ``workflow/`` and ``config/``
+    belong to the Snakemake workflow around it, which passes the package what it needs."""
+    outside = {"workflow", "config", "config.yaml"}
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            parts = []
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):  # Path(...) / "workflow"
+                parts = [side.value for side in (node.left, node.right)
+                         if isinstance(side, ast.Constant) and isinstance(side.value, str)]
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in (
+                    "Path", "open", "joinpath"):  # Path("config/config.yaml"), open("workflow/…")
+                parts = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            found += [f"{path.relative_to(PACKAGE)}:{node.lineno}: {p!r}" for p in parts
+                      if p.split("/")[0] in outside]
+    assert not found, "\n".join(found)

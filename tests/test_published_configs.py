@@ -15,7 +15,7 @@ from longca.execution import cell
 
 
 def test_gpu_config_is_the_paper_scale_grid():
-    cfg = config.validate(config.merge_files([REPO / "config" / "gpu.yaml"]))
+    cfg = config.validate(config.merge_files([REPO / "config" / "config.yaml", REPO / "config" / "gpu.yaml"]))
     # Every kernel LongCA has except the unfused reference (its scores alone need ~275 GB at 32K).
     assert set(cfg["kernels"]) == set(kernels.names()) - {"sdpa_math"} - {n for n in kernels.names()
                                                                             if n.startswith("test_")}
@@ -84,7 +84,7 @@ def test_a_published_table_holds_every_cell_of_its_grid_gated(run):
     cell left out (an oom or unsupported cell is a row, not a gap); every ok row passed the
     correctness gate and was timed."""
     published = REPO / "docs" / "results" / run
-    grid = config.validate(config.merge_files([REPO / "config" / "gpu.yaml", published / "overrides.yaml"]))
+    grid = config.validate(config.merge_files([REPO / "config" / "config.yaml", REPO / "config" / "gpu.yaml", published / "overrides.yaml"]))
     grid_cells = {c.name for c in config.kernel_cells(grid)}
     table = pd.read_parquet(published / "kernels.parquet")
     assert table["cell_id"].is_unique
@@ -109,8 +109,8 @@ def test_each_published_stage_measures_cells_of_its_table_with_the_table_setting
     """A stage file (gpu_grid.sh --overrides) narrows the published grid: it must name only cells of
     that run's table (config/gpu.yaml + its overrides.yaml) and give each the settings the table
     keeps, or its rows would be cells of another grid (and restore_cells.py would drop them)."""
-    table = config.validate(config.merge_files([REPO / "config" / "gpu.yaml", stage.parent / "overrides.yaml"]))
-    narrowed = config.validate(config.merge_files([REPO / "config" / "gpu.yaml", stage]))
+    table = config.validate(config.merge_files([REPO / "config" / "config.yaml", REPO / "config" / "gpu.yaml", stage.parent / "overrides.yaml"]))
+    narrowed = config.validate(config.merge_files([REPO / "config" / "config.yaml", REPO / "config" / "gpu.yaml", stage]))
     table_cells = set(config.kernel_cells(table))
     cells = list(config.kernel_cells(narrowed))
     assert cells, f"{stage.name} names no cell"

@@ -16,8 +16,7 @@ from .base import Strategy, Unsupported
 
 _REGISTRY: dict[str, type[Strategy]] = {}
 # Modules that are machinery, not strategies (everything else in this package registers some).
-_MACHINERY = frozenset({"base", "blocks", "layout", "local", "comm", "ring_engine", "a2a", "sequence_parallel",
-                        "__main__"})
+_MACHINERY = frozenset({"base", "blocks", "layout", "local", "comm", "ring_engine", "a2a", "sequence_parallel"})
 _STRATEGY_MODULES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)
                                  if m.name not in _MACHINERY and not m.name.startswith("_")))
 _loaded = False
@@ -59,7 +58,7 @@ def source_files(name: str) -> list[Path]:
     """The code that computes strategy ``name``'s cells: its module and the shared CP machinery."""
     here = Path(__file__).resolve().parent
     own = Path(inspect.getfile(get(name)))
-    return [own] + sorted(here / f"{m}.py" for m in _MACHINERY if m != "__main__")
+    return [own] + sorted(here / f"{m}.py" for m in _MACHINERY)
 
 
 __all__ = ["Strategy", "Unsupported", "register", "get", "build", "names", "source_files"]

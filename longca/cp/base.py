@@ -1,5 +1,5 @@
 """What every CP strategy is: planned for a mask on a process group, then dispatch / attention /
-undispatch (DESIGN.md's contract).
+undispatch (the contract in docs/architecture.md).
 
 A strategy is built on a process group (``build``), planned for one problem (``plan``: the layout,
 the blocks each rank computes, their pieces: all untimed), then used as

@@ -33,7 +33,7 @@ import yaml
 from . import tables
 from .tables import DIRECTION_TITLES, STATUS_LABELS, STATUS_MARKERS, seqlen_label
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "workflow" / "templates"
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"  # package data (pyproject.toml)
 REPORT_PACKAGES = ("longca", "torch", "snakemake", "pandas", "pyarrow", "matplotlib", "jinja2")
 
 

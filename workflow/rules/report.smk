@@ -8,8 +8,8 @@ localrules:
 
 # The report shows the tables of longca/results/tables.py: editing them rebuilds it too.
 REPORT_CODE = code_fingerprint("longca/results/report.py", "longca/results/tables.py",
-                               "workflow/templates/report.html.j2",
-                               "workflow/templates/report_env_table.html.j2")
+                               "longca/results/templates/report.html.j2",
+                               "longca/results/templates/report_env_table.html.j2")
 
 
 rule html_report:

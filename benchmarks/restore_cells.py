@@ -10,10 +10,10 @@ cell is kept only when all of this holds, and dropped (with the reason, counted)
 
 * it was measured at COMMIT: its recorded ``fingerprint`` is what COMMIT's own fingerprint code
   computes for its kernel (COMMIT's ``longca/`` is taken from git and asked, in a subprocess);
-* the code that computes it has not changed since, but for docstrings, comment lines and blank
-  lines: each file of the current fingerprint (the shared measurement code and the kernel's adapter)
-  is the same at COMMIT and now once those are left out (data files byte for byte).  A cell whose
-  code differs in any statement is measured again;
+* the code that computes it has not changed since: the fingerprint the current code gives
+  COMMIT's files for that kernel (``longca.execution.fingerprint``: code lines only, whatever the
+  files are called or where they are) is the current fingerprint, so a moved, renamed, commented or
+  documented file keeps its cells, and a cell whose code differs in any statement is measured again;
 * its settings are what the given config resolves for that cell now (``longca.config.cell_settings``).
   ``reps`` needs care: an ok row records the count of timed calls made, ``max(reps, what fills
   rep_ms)``, not the setting.  That count equals what the current setting would make when it is the
@@ -30,7 +30,6 @@ already in WORKDIR is left alone.
 from __future__ import annotations
 
 import argparse
-import ast
 import collections
 import io
 import json
@@ -53,34 +52,6 @@ from longca.execution.atomic import write_json_atomic  # noqa: E402
 CELLS = "results/cells/kernels/"
 
 
-def code_lines(source: str) -> list[str]:
-    """The lines of a Python module that can change what it computes: without docstrings, lines that
-    are only a comment, and blank lines.  A docstring that shares a line with code stays."""
-    lines = source.splitlines()
-    drop = set()
-    for node in ast.walk(ast.parse(source)):
-        body = getattr(node, "body", None)
-        if not isinstance(body, list) or not body or not isinstance(body[0], ast.Expr):
-            continue
-        doc = body[0].value
-        if not (isinstance(doc, ast.Constant) and isinstance(doc.value, str)):
-            continue
-        first, last = doc.lineno, doc.end_lineno
-        alone = (not hasattr(node, "lineno") or node.lineno < first) and (len(body) < 2 or body[1].lineno > last)
-        if alone:
-            drop.update(range(first, last + 1))
-    return [line.rstrip() for i, line in enumerate(lines, 1)
-            if i not in drop and line.strip() and not line.strip().startswith("#")]
-
-
-def same_code(old: Path, new: Path) -> bool:
-    if not old.exists() or not new.exists():
-        return old.exists() == new.exists()
-    if new.suffix != ".py":
-        return old.read_bytes() == new.read_bytes()
-    return code_lines(old.read_text()) == code_lines(new.read_text())
-
-
 def package_at(commit: str, dest: Path) -> Path:
     """COMMIT's ``longca/`` package, from git, under ``dest``."""
     archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "longca"], capture_output=True, check=True)
@@ -89,20 +60,33 @@ def package_at(commit: str, dest: Path) -> Path:
     return dest / "longca"
 
 
-def fingerprints_at(root: Path, kernels: list[str]) -> dict[str, str]:
-    """What the code under ``root`` (a checkout's top) computes as each kernel's fingerprint."""
-    script = ("import json, sys; from longca.execution.fingerprint import kernel_fingerprint; "
-              "print(json.dumps({k: kernel_fingerprint(k) for k in sys.argv[1:]}))")
+def fingerprints_at(root: Path, kernels: list[str]) -> dict[str, dict]:
+    """What the code under ``root`` (a checkout's top) says of each kernel: its own fingerprint and
+    the files (relative to its ``longca/``) that fingerprint covers."""
+    script = ("import json, sys\n"
+              "from longca import kernels\n"
+              "from longca.execution import fingerprint as f\n"
+              "def files(k):\n"
+              "    if hasattr(f, 'kernel_files'):\n"
+              "        return f.kernel_files(k)\n"
+              "    return [f.PACKAGE / p for p in f.MEASUREMENT_CODE] + [kernels.source_file(k)]\n"
+              "print(json.dumps({k: {'fingerprint': f.kernel_fingerprint(k),\n"
+              "                      'files': [str(p.resolve().relative_to(f.PACKAGE)) for p in files(k)]}\n"
+              "                  for k in sys.argv[1:]}))\n")
     env = dict(os.environ, PYTHONPATH=str(root))
     out = subprocess.run([sys.executable, "-c", script, *kernels], capture_output=True, text=True, env=env,
                          cwd=root, check=True)
     return json.loads(out.stdout)
 
 
-def changed_files(old_pkg: Path, kernel: str) -> list[str]:
-    """The files of the kernel's current fingerprint whose code differs at COMMIT (relative to longca/)."""
-    files = [path.resolve().relative_to(fingerprint.PACKAGE) for path in fingerprint.kernel_files(kernel)]
-    return [str(f) for f in files if not same_code(old_pkg / f, fingerprint.PACKAGE / f)]
+def changed_files(old_pkg: Path, old_files: list[str], kernel: str) -> list[str]:
+    """The kernel's current files (relative to longca/) whose code is in none of COMMIT's files for
+    it, and COMMIT's files whose code is in none of the current ones; empty when the code is the same."""
+    now = {str(p.resolve().relative_to(fingerprint.PACKAGE)): fingerprint.file_digest(p.resolve())
+           for p in fingerprint.kernel_files(kernel) if p.exists()}
+    then = {f: fingerprint.file_digest((old_pkg / f).resolve()) for f in old_files if (old_pkg / f).exists()}
+    return ([f for f, d in now.items() if d not in then.values()]
+            + [f"{f} (at the commit)" for f, d in then.items() if d not in now.values()])
 
 
 def settings_differ(row: dict, settings: dict, reps_then: int) -> str | None:
@@ -141,8 +125,9 @@ def restore(args) -> dict:
     kernels_seen = sorted({r["kernel"] for r in rows.values()})
     with tempfile.TemporaryDirectory() as tmp:
         old_pkg = package_at(args.measured_at, Path(tmp))
-        then = fingerprints_at(Path(tmp), kernels_seen)
-        changed = {k: changed_files(old_pkg, k) for k in kernels_seen}
+        at_commit = fingerprints_at(Path(tmp), kernels_seen)
+        then = {k: at_commit[k]["fingerprint"] for k in kernels_seen}
+        changed = {k: changed_files(old_pkg, at_commit[k]["files"], k) for k in kernels_seen}
     now = {k: fingerprint.kernel_fingerprint(k) for k in kernels_seen}
     kept, dropped = {}, collections.Counter()
     for path, row in sorted(rows.items()):

@@ -13,9 +13,6 @@ import tarfile
 import pytest
 from snakemake_run import REPO, cell_files, planned_cells, snakemake, write_config
 
-sys.path.insert(0, str(REPO / "benchmarks"))
-from restore_cells import code_lines  # noqa: E402
-
 CONFIG = {
     "device": "cpu", "threads": 1, "kernels": ["sdpa"], "masks": ["full", "causal"], "seqlens": [64],
     "directions": ["fwd"], "dtypes": ["float32"], "heads_q": 2, "heads_kv": 2, "head_dim": 16,
@@ -23,16 +20,6 @@ CONFIG = {
 }
 CELLS = {f"results/cells/kernels/sdpa/{m}/float32_fwd_64.json" for m in ("full", "causal")}
 HEAD = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-
-
-def test_code_lines_leave_out_docstrings_comments_and_blank_lines():
-    before = '"""Module."""\n\ndef f(x):\n    """Doc."""\n    # why\n    return x + 1\n'
-    reworded = '"""Module,\nreworded."""\ndef f(x):\n    """Another doc,\n    two lines."""\n\n    return x + 1   \n'
-    changed = '"""Module."""\n\ndef f(x):\n    """Doc."""\n    return x + 2\n'
-    assert code_lines(before) == code_lines(reworded) == ["def f(x):", "    return x + 1"]
-    assert code_lines(changed) != code_lines(before)
-    shared = 'def f(x): """doc"""; return 1\n'  # a docstring on a line with code stays
-    assert code_lines(shared) == [shared.rstrip()]
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,45 @@
+"""Cache keys follow what the code does: documenting, commenting, re-importing, moving or renaming
+code keeps a cell's fingerprint; changing a statement does not."""
+
+import shutil
+
+from longca.execution import fingerprint
+from longca.execution.fingerprint import code_lines, files_fingerprint
+
+
+def test_code_lines_leave_out_docstrings_comments_imports_and_blank_lines():
+    before = '"""Module."""\nimport os\n\ndef f(x):\n    """Doc."""\n    # why\n    return x + 1\n'
+    reworded = ('"""Module,\nreworded."""\nfrom math import (\n    pi,\n)\nimport os\ndef f(x):\n'
+                '    """Another doc,\n    two lines."""\n\n    return x + 1   # the end of a line\n')
+    changed = '"""Module."""\n\ndef f(x):\n    """Doc."""\n    return x + 2\n'
+    assert code_lines(before) == code_lines(reworded) == ["def f(x):", "    return x + 1"]
+    assert code_lines(changed) != code_lines(before)
+    shared = 'def f(x): """doc"""; return 1\n'  # a docstring on a line with code stays
+    assert code_lines(shared) == [shared.rstrip()]
+    assert code_lines("import os; x = 1\n") == ["import os; x = 1"]  # so does an import
+    assert code_lines('s = "# not a comment"  # a comment\n') == ['s = "# not a comment"']
+
+
+def test_a_fingerprint_follows_content_not_file_names(tmp_path):
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("def f(x):\n    return x + 1\n")
+    b.write_text("Y = 2\n")
+    key = files_fingerprint([a, b])
+    moved = tmp_path / "sub" / "renamed.py"
+    moved.parent.mkdir()
+    shutil.copy(a, moved)
+    b2 = tmp_path / "b2.py"
+    b2.write_text('"""Now documented."""\nimport math  # and importing\n\nY = 2  # why 2\n')
+    assert files_fingerprint([b2, moved]) == key
+    edited = tmp_path / "edited.py"
+    edited.write_text("def f(x):\n    return x + 2\n")
+    assert files_fingerprint([edited, b]) != key
+    data = tmp_path / "d.json"
+    data.write_text('{"a": 1}')
+    assert files_fingerprint([a, b, data]) != key  # data files count byte for byte
+
+
+def test_every_kernel_has_a_fingerprint_over_its_adapter_and_the_measurement_code():
+    files = fingerprint.kernel_files("sdpa")
+    assert all(f.exists() for f in files) and files[-1].name == "sdpa.py"
+    assert fingerprint.kernel_fingerprint("sdpa") != fingerprint.kernel_fingerprint("flex")

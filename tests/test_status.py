@@ -73,16 +73,25 @@ def test_changed_settings_make_the_cell_stale_and_say_which(grid, tmp_path):
 
 
 def test_changed_code_makes_the_cell_stale_and_says_so(grid, tmp_path):
-    """A checkout whose sdpa adapter differs (a comment is enough: its file is in the cell's fingerprint)."""
+    """A checkout whose sdpa adapter differs by a statement (its file is in the cell's fingerprint);
+    a comment, a docstring or an import alone is no change (the key follows the code lines)."""
     checkout = tmp_path / "checkout"
     checkout.mkdir()
     for name in ("Snakefile", "workflow", "config"):
         (checkout / name).symlink_to(REPO / name)
     shutil.copytree(REPO / "longca", checkout / "longca", ignore=shutil.ignore_patterns("__pycache__"))
-    with open(checkout / "longca" / "kernels" / "sdpa.py", "a") as f:
-        f.write("# changed\n")
+    adapter = checkout / "longca" / "kernels" / "sdpa.py"
+    source = adapter.read_text()
+    assert source.startswith('"""') and "from __future__ import annotations\n" in source
+    source = source.replace('"""', '"""Reworded. ', 1)  # the module docstring
+    source = source.replace("from __future__ import annotations\n", "from __future__ import annotations\nimport math\n", 1)
+    adapter.write_text(source + "# a comment\n")
     run = tmp_path / "run"
     shutil.copytree(grid, run, symlinks=True)
+    proc = status(run, checkout=checkout)
+    assert proc.returncode == 0 and counts(proc.stdout)["cached"] == [1, 0], proc.stdout + proc.stderr
+    with open(adapter, "a") as f:
+        f.write("_CHANGED = 1\n")
     proc = status(run, "--list", checkout=checkout)
     assert proc.returncode == 0, proc.stderr
     assert "stale   kernel  sdpa_math/full/float32_fwd_64  (code changed)" in proc.stdout

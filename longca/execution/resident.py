@@ -44,7 +44,9 @@ import time
 from typing import Any
 
 from . import gpu_slots
-from .worker import DEFAULT_IDLE_S, WorkerError, _recv_msg, _send_msg, start_server, worker_key
+from .runner import stamp
+from .wire import recv_msg, send_msg
+from .worker import DEFAULT_IDLE_S, WorkerError, start_server, worker_key
 
 CPU_LANE = "cpu"
 # Errors after which a CUDA context is unusable: the process ends after its row and the next cell
@@ -69,11 +71,11 @@ def request(settings: dict[str, Any], *, cell_id: str, threads: int, timeout_s: 
     with gpu_slots.acquire(lane_devices(settings, gpus)) as slot:
         sock = start_server(lane_name(slot.device), ["lane", "--device", slot.device])
         with sock:
-            _send_msg(sock, {"settings": settings, "cell_id": cell_id, "threads": threads,
+            send_msg(sock, {"settings": settings, "cell_id": cell_id, "threads": threads,
                              "timeout_s": timeout_s, "memory_mb": memory_mb},
                       fds=[sys.stdout.fileno(), sys.stderr.fileno()])
             try:
-                reply, _ = _recv_msg(sock)
+                reply, _ = recv_msg(sock)
             except (ConnectionError, OSError) as exc:
                 raise WorkerError(f"the LongCA lane for device {slot.device} died without a reply "
                                   f"for {cell_id}: {exc}") from exc
@@ -119,11 +121,11 @@ class Lane:
         if self.pid is None:
             self._spawn()
         try:
-            _send_msg(self.channel, cell, fds=fds)
+            send_msg(self.channel, cell, fds=fds)
         except OSError:  # it died between cells (nothing of this cell's): a fresh one takes it
             self._kill()
             self._spawn()
-            _send_msg(self.channel, cell, fds=fds)
+            send_msg(self.channel, cell, fds=fds)
         timeout = msg.get("timeout_s")
         deadline = None if not timeout else started + timeout
         while True:
@@ -131,7 +133,7 @@ class Lane:
             ready, _, _ = select.select([self.channel, client], [], [], wait)
             if self.channel in ready:
                 try:
-                    reply, _ = _recv_msg(self.channel)
+                    reply, _ = recv_msg(self.channel)
                     if reply.get("retire"):  # its CUDA context is gone, or it asks for a fresh try: it exits
                         self._reap()
                     return reply["row"], bool(reply.get("fresh_retry"))
@@ -188,12 +190,6 @@ class Lane:
 
 
 @functools.lru_cache(maxsize=None)
-def _fingerprint(kernel: str | None) -> str | None:
-    from .runner import _fingerprint as fingerprint
-
-    return fingerprint(kernel)
-
-
 def serve(sock_path: str, device: str, idle_s: float | None = None) -> int:
     """The lane's loop: one client (one cell) at a time; exits after ``idle_s`` without one."""
     idle_s = float(os.environ.get("LONGCA_WORKER_IDLE_S", DEFAULT_IDLE_S)) if idle_s is None else idle_s
@@ -218,7 +214,7 @@ def serve(sock_path: str, device: str, idle_s: float | None = None) -> int:
             with conn:
                 conn.setblocking(True)
                 try:
-                    msg, fds = _recv_msg(conn, max_fds=2)
+                    msg, fds = recv_msg(conn, max_fds=2)
                 except (ConnectionError, OSError):
                     continue
                 try:
@@ -227,12 +223,9 @@ def serve(sock_path: str, device: str, idle_s: float | None = None) -> int:
                     for fd in fds:
                         os.close(fd)
                 if row is not None:
-                    row["cell_id"] = msg["cell_id"]
-                    row["fingerprint"] = _fingerprint(msg["settings"].get("kernel"))
-                    if device != CPU_LANE:
-                        row["gpu_slot"] = device
+                    stamp(row, msg["cell_id"], msg["settings"].get("kernel"), None if device == CPU_LANE else device)
                     try:
-                        _send_msg(conn, row)
+                        send_msg(conn, row)
                     except OSError:
                         pass  # the client is gone; its job failed without a row and reruns
             last_active = time.monotonic()
@@ -268,7 +261,7 @@ def _measuring_process(channel: socket.socket, device: str) -> None:
     measured = 0  # cells this process has run: an oom after them may be theirs (Lane.measure)
     while True:
         try:
-            msg, fds = _recv_msg(channel, max_fds=2)
+            msg, fds = recv_msg(channel, max_fds=2)
         except (ConnectionError, OSError):
             return  # the lane closed the channel
         _redirect(fds)
@@ -288,7 +281,7 @@ def _measuring_process(channel: socket.socket, device: str) -> None:
             _redirect(own_stdio)
             for fd in fds:
                 os.close(fd)
-        _send_msg(channel, {"row": row, "retire": retire, "fresh_retry": fresh_retry})
+        send_msg(channel, {"row": row, "retire": retire, "fresh_retry": fresh_retry})
         if retire:
             return
 

@@ -105,12 +105,18 @@ def measure(settings: dict[str, Any], *, cell_id: str, threads: int = 0, limits:
     finally:
         if slot:
             slot.release()
-    row = outcome_row(settings, outcome, limits)
-    row["cell_id"] = cell_id
-    row["fingerprint"] = _fingerprint(settings.get("kernel"))
-    if slot:
-        row["gpu_slot"] = slot.device
+    row = stamp(outcome_row(settings, outcome, limits), cell_id, settings.get("kernel"), slot.device if slot else None)
     row.setdefault("wall_s", time.monotonic() - started)
+    return row
+
+
+def stamp(row: dict, cell_id: str, kernel: str | None, gpu_slot: str | None) -> dict:
+    """What every kernel row says of where it came from, whichever process measured it: its cell,
+    the fingerprint of its code and the GPU it ran on (``None``: no GPU slot)."""
+    row["cell_id"] = cell_id
+    row["fingerprint"] = _fingerprint(kernel)
+    if gpu_slot is not None:
+        row["gpu_slot"] = gpu_slot
     return row
 
 

@@ -18,14 +18,12 @@ that holds a group of cells the cells share one worker.
 
 from __future__ import annotations
 
-import array
 import fcntl
 import hashlib
 import json
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -33,10 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .wire import recv_msg, send_msg
+
 PACKAGE = Path(__file__).resolve().parent.parent  # longca/: a worker serves the code of the whole package
 START_TIMEOUT_S = 180.0   # importing torch on a busy node can be slow
 DEFAULT_IDLE_S = 120.0
-_LEN = struct.Struct("!Q")
 # LONGCA_* variables that do not change what a cell computes: how long a server idles, where a run's
 # progress lines go (longca.execution.progress).  Every other LONGCA_* variable names a server of its own.
 NOT_IN_KEY = frozenset({"LONGCA_WORKER_IDLE_S", "LONGCA_PROGRESS_DIR", "LONGCA_PROGRESS_EVERY_S"})
@@ -74,40 +73,6 @@ def runtime_dir() -> Path:
     path = Path(tempfile.gettempdir()) / f"longca-{os.getuid()}" / "workers"
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return path
-
-
-# ---------------------------------------------------------------- wire format
-
-def _send_msg(sock: socket.socket, payload: dict, fds: list[int] | None = None) -> None:
-    body = json.dumps(payload, default=str).encode()
-    header = _LEN.pack(len(body))
-    if fds:
-        sock.sendmsg([header], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
-    else:
-        sock.sendall(header)
-    sock.sendall(body)
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("peer closed the connection mid-message")
-        buf += chunk
-    return bytes(buf)
-
-
-def _recv_msg(sock: socket.socket, max_fds: int = 0) -> tuple[dict, list[int]]:
-    fds: list[int] = []
-    if max_fds:
-        header, fds, _, _ = socket.recv_fds(sock, _LEN.size, max_fds)
-        if len(header) < _LEN.size:
-            header += _recv_exact(sock, _LEN.size - len(header))
-    else:
-        header = _recv_exact(sock, _LEN.size)
-    (n,) = _LEN.unpack(header)
-    return json.loads(_recv_exact(sock, n)), fds
 
 
 # ---------------------------------------------------------------- client
@@ -167,11 +132,11 @@ def request(settings: dict[str, Any], *, cell_id: str, threads: int, timeout_s: 
     """Measure one cell in the warm worker; returns its row.  Never imports torch."""
     sock = _start(worker_key())
     with sock:
-        _send_msg(sock, {"settings": settings, "cell_id": cell_id, "threads": threads,
+        send_msg(sock, {"settings": settings, "cell_id": cell_id, "threads": threads,
                          "timeout_s": timeout_s, "memory_mb": memory_mb, "gpus": gpus},
                   fds=[sys.stdout.fileno(), sys.stderr.fileno()])
         try:
-            reply, _ = _recv_msg(sock)
+            reply, _ = recv_msg(sock)
         except (ConnectionError, OSError) as exc:
             raise WorkerError(f"the LongCA worker's handler for {cell_id} died without a reply: {exc}") from exc
     return reply
@@ -182,12 +147,12 @@ def request(settings: dict[str, Any], *, cell_id: str, threads: int, timeout_s: 
 def _handle(conn: socket.socket) -> None:
     from .runner import Limits, measure
 
-    msg, fds = _recv_msg(conn, max_fds=2)
+    msg, fds = recv_msg(conn, max_fds=2)
     limits = Limits(timeout_s=msg["timeout_s"], memory_mb=msg["memory_mb"], gpus=msg["gpus"])
     stdio = (fds[0], fds[1]) if len(fds) == 2 else None
     row = measure(msg["settings"], cell_id=msg["cell_id"], threads=msg["threads"], limits=limits,
                   stdio=stdio, abort_fd=conn.fileno())  # readable = the client hung up
-    _send_msg(conn, row)
+    send_msg(conn, row)
 
 
 def serve(sock_path: str, idle_s: float | None = None) -> int:

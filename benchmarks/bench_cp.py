@@ -5,7 +5,7 @@ Run under torchrun on one host (NCCL; keep NVLink multicast off):
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONPATH=. \
         torchrun --standalone --nproc-per-node 2 benchmarks/bench_cp.py --out /tmp/cp.jsonl
 
-Each CP cell goes through ``longca.execution.cp_cell.run_cell`` (the workflow's own code: correctness gate
+Each CP cell goes through ``longca.execution.measure.cp_cell.run_cell`` (the workflow's own code: correctness gate
 against the float64 reference, then the slowest rank's median over warmed-up iterations).  The
 single-GPU baseline is rank 0's share of the work (its query shard against every key it needs,
 the same pieces through the same kernel) with no communication at all, timed by the same harness,
@@ -25,8 +25,8 @@ from longca.attention.problem import Problem, parse_dtype
 from longca.cp import layout as layouts
 from longca.cp.blocks import area, restrict
 from longca.cp.local import BlockAttention
-from longca.execution import timing
-from longca.execution.cp_cell import CPSpec, run_cell
+from longca.execution.measure import timing
+from longca.execution.measure.cp_cell import CPSpec, run_cell
 
 MASK_PARAMS = {"full": {}, "causal": {}, "varlen_causal": {}}
 

@@ -1,6 +1,6 @@
 """Does the harness measure what a bare loop measures?  (GPU; issue: kernels.)
 
-For each seqlen × mask × direction × kernel: one LongCA cell (``longca.execution.cell.run_cell``: support
+For each seqlen × mask × direction × kernel: one LongCA cell (``longca.execution.measure.cell.run_cell``: support
 check, correctness gate against the float64 reference, then CUDA-event timing with an L2 flush,
 median of the reps) and, in the same process right after it, a bare ``triton.testing.do_bench``
 loop of the same call on the same shapes (median, do_bench's own L2 flush).  The two TFLOPs/s
@@ -57,7 +57,7 @@ import torch
 
 from longca import kernels
 from longca.attention.flops import attention_flops
-from longca.execution.cell import CellSpec, cell_call, run_cell, time_kernel
+from longca.execution.measure.cell import CellSpec, cell_call, run_cell, time_kernel
 
 MASKS = {
     "full": {},

@@ -11,7 +11,7 @@ measured twice, one right after the other:
 * by the workflow: ``snakemake <the chunk's cell files> --configfile config/gpu.yaml <overrides>
   --cores 8 --resources gpu=1``, as a user would run it (resident lanes, cache, one row per cell);
 * by a bare loop in this process: the project's own adapters and correctness gate, and the same
-  call (``longca.execution.cell.cell_call``: on a GPU the replay of the call captured in a CUDA
+  call (``longca.execution.measure.cell.cell_call``: on a GPU the replay of the call captured in a CUDA
   graph, where it can be captured) timed with ``triton.testing.do_bench(warmup=25, rep=100,
   return_mode="median")``, twice: the first loop is what a one-pass script reports, right after the
   gate and the compilation, with the GPU's clocks wherever that left them (on an H200 it read cuDNN's
@@ -167,7 +167,7 @@ def bare_cell(spec, harness: bool = False) -> dict:
 
     from longca import kernels
     from longca.attention.flops import attention_flops
-    from longca.execution.cell import cell_call, correctness_gate, is_oom
+    from longca.execution.measure.cell import cell_call, correctness_gate, is_oom
 
     try:
         kernel = kernels.get(spec.kernel).with_options(spec.kernel_options)
@@ -210,15 +210,15 @@ def bare_loop(call, problem, spec) -> float:
         import triton.testing
 
         return triton.testing.do_bench(call, warmup=BARE_WARMUP_MS, rep=BARE_REP_MS, return_mode="median")
-    from longca.execution import timing  # a CPU smoke test of this script: no do_bench there
+    from longca.execution.measure import timing  # a CPU smoke test of this script: no do_bench there
 
     return timing.measure(call, device=problem.device, warmup=spec.warmup, reps=spec.reps).median_ms
 
 
 def harness_loop(call, problem, spec) -> float:
-    """The workflow's own timing of the call (``longca.execution.timing.measure``, the cell's
+    """The workflow's own timing of the call (``longca.execution.measure.timing.measure``, the cell's
     settings): its median, in ms."""
-    from longca.execution import timing
+    from longca.execution.measure import timing
 
     return timing.measure(call, device=problem.device, warmup=spec.warmup, reps=spec.reps,
                           warmup_ms=spec.warmup_ms, warmup_max_ms=spec.warmup_max_ms,
@@ -259,7 +259,7 @@ def compile_caches(work: Path, side: str) -> dict[str, str]:
 
 def run_bare(cfg: dict, cells, harness: bool = False) -> tuple[float, float, dict]:
     """The bare loop over ``cells``: (its wall time as a one-pass loop, the second loops' time, rows)."""
-    from longca.execution.cell import CellSpec
+    from longca.execution.measure.cell import CellSpec
 
     started = time.perf_counter()
     rows = {}

@@ -39,7 +39,7 @@ def allocated(device: str) -> int | None:
 
 
 def both_ways(spec) -> list[dict]:
-    from longca.execution.cell import run_cell
+    from longca.execution.measure.cell import run_cell
 
     rows = []
     for way, run in (("as configured", spec), ("eager", dataclasses.replace(spec, cuda_graph=False))):

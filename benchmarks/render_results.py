@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from longca import config as config_mod
-from longca.execution import ceilings as ceilings_mod
+from longca.execution.measure import ceilings as ceilings_mod
 from longca.results import parquet as results
 from longca.results import plots, tables
 from longca.results.report import Figures, render

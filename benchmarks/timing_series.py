@@ -4,7 +4,7 @@
         [--configfile config/gpu.yaml] [--long-rep-ms 1000]
 
 For each named cell of the config (``kernel/mask/dtype_dir_seqlen``, as benchmarks/bench_pipeline.py
-names them) the call the workflow times (``longca.execution.cell.cell_call``: the captured CUDA
+names them) the call the workflow times (``longca.execution.measure.cell.cell_call``: the captured CUDA
 graph's replay) is built once and timed, round after round, three ways in one process:
 
 * ``harness``: the workflow's own ``timing.measure`` with the cell's settings (its median and the
@@ -55,7 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def specs(configfile: Path, names: list[str]) -> list:
     """The cells' settings; a name that is no cell of the config stops the run before any work."""
-    from longca.execution.cell import CellSpec
+    from longca.execution.measure.cell import CellSpec
 
     cfg = longca_config.validate(longca_config.merge_files([WORKFLOW_CONFIG, configfile]))
     try:
@@ -71,7 +71,7 @@ def samples_do_bench(call, device, rep_ms: float) -> list[float]:
         import triton.testing
 
         return list(triton.testing.do_bench(call, warmup=25, rep=rep_ms, return_mode="all"))
-    from longca.execution import timing  # a CPU smoke test: no do_bench there
+    from longca.execution.measure import timing  # a CPU smoke test: no do_bench there
 
     return timing.sample(call, device=device, warmup=1, reps=3)[0]
 
@@ -79,8 +79,8 @@ def samples_do_bench(call, device, rep_ms: float) -> list[float]:
 def probe(spec, rounds: int, long_rep_ms: float) -> list[dict]:
     from longca import kernels
     from longca.attention.flops import attention_flops
-    from longca.execution import timing
-    from longca.execution.cell import cell_call
+    from longca.execution.measure import timing
+    from longca.execution.measure.cell import cell_call
 
     kernel = kernels.get(spec.kernel).with_options(spec.kernel_options)
     problem = spec.problem()

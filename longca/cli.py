@@ -58,7 +58,7 @@ def _run_cell(args: argparse.Namespace) -> int:
     else:  # in this process: for a debugger; a crash here is a crash
         import torch
 
-        from .execution.cell import CellSpec, run_cell
+        from .execution.measure.cell import CellSpec, run_cell
         from .execution.runner import _fingerprint
 
         if args.threads:
@@ -153,7 +153,7 @@ def _unknown_names(what: str, names: list[str] | None, known: list[str]) -> str 
 
 def _check(args: argparse.Namespace) -> int:
     from . import kernels
-    from .execution.check import check, check_masks, format_table
+    from .execution.measure.check import check, check_masks, format_table
 
     # Names first, before any measurement: a typo is a usage error (exit 2), not a traceback.
     problems = [p for p in (_unknown_names("kernel", args.kernels, kernels.names()),

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from longca import cp
 from longca.cp.base import Unsupported
-from longca.execution.cp_cell import CPSpec, correctness_gate
+from longca.execution.measure.cp_cell import CPSpec, correctness_gate
 
 MASKS = {
     "full": {},

@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from longca.execution import ceilings
+from longca.execution.measure import ceilings
 
 
 def test_matmul_rate_is_flops_over_the_median_time():

@@ -5,7 +5,7 @@ import pytest
 from longca import kernels
 from longca.attention import masks
 from longca.attention.flops import attention_flops
-from longca.execution.cell import CellSpec, run_cell
+from longca.execution.measure.cell import CellSpec, run_cell
 
 SMALL = dict(seqlen=96, heads_q=4, heads_kv=2, head_dim=16, warmup=1, reps=3, gate_seqlen=64)
 

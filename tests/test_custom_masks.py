@@ -10,7 +10,7 @@ from snakemake_run import CELL_OUTPUT, REPO, snakemake
 from longca.attention import masks
 from longca.attention.problem import Problem
 from longca.config import ConfigError, cell_settings, validate
-from longca.execution.cell import CellSpec, run_cell
+from longca.execution.measure.cell import CellSpec, run_cell
 
 # A "shared question" shape written by hand: question (first quarter) causal, three answers each
 # causal and attending the whole question.

@@ -12,8 +12,8 @@ import torch
 
 from longca import kernels
 from longca.attention.problem import Problem
-from longca.execution.cell import CellSpec, run_cell
-from longca.execution.check import check, check_masks
+from longca.execution.measure.cell import CellSpec, run_cell
+from longca.execution.measure.check import check, check_masks
 from longca.kernels._flash_masks import flash_mask
 
 CPU_KERNELS = [n for n in kernels.names()

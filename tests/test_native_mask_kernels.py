@@ -12,8 +12,8 @@ from longca import kernels
 from longca.attention.masks import AttnSlice, SliceKind
 from longca.attention.problem import Problem
 from longca.cp import local
-from longca.execution.cell import CellSpec, run_cell
-from longca.execution.check import check
+from longca.execution.measure.cell import CellSpec, run_cell
+from longca.execution.measure.check import check
 from longca.kernels import cudnn_frontend as cf
 from longca.kernels import flash_attn, flex
 from longca.kernels._flash_masks import NO_WINDOW, SUPPORTED, flash_mask

@@ -11,7 +11,7 @@ from snakemake_run import REPO
 
 from longca import config, kernels
 from longca.attention import masks
-from longca.execution import cell
+from longca.execution.measure import cell
 
 
 def test_gpu_config_is_the_paper_scale_grid():

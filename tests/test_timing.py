@@ -3,11 +3,11 @@ import time
 import pytest
 import torch
 
-from longca.execution import timing
+from longca.execution.measure import timing
 
 
 class FakeClock:
-    """Stands in for the ``time`` module inside ``longca.execution.timing``: a call "takes" exactly what it
+    """Stands in for the ``time`` module inside ``longca.execution.measure.timing``: a call "takes" exactly what it
     sleeps, so the warm-up and repetition logic is tested without the scheduler's jitter (a loaded
     CI machine stretches a 2 ms sleep by more than the 2 % steadiness tolerance)."""
 

@@ -21,7 +21,7 @@ from longca import kernels
 from longca.attention import masks, reference
 from longca.attention.mask_convert import block_sparsity
 from longca.attention.problem import Problem
-from longca.execution.cell import CellSpec, run_cell
+from longca.execution.measure.cell import CellSpec, run_cell
 from longca.kernels import triton_block_sparse as tbs  # noqa: E402  (imports no triton)
 from longca.kernels.triton_block_sparse import Config, build_layout  # noqa: E402
 

@@ -81,7 +81,7 @@ def torchrun_command(settings: dict, out: str, *, cell_id: str, fingerprint: str
         launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
         threads_per_rank = max(1, threads // nproc) if threads else 0
     cmd = launcher + [
-           "-m", "longca.execution.cp_rank", "--settings", json.dumps(settings, sort_keys=True), "--out", out,
+           "-m", "longca.execution.measure.cp_rank", "--settings", json.dumps(settings, sort_keys=True), "--out", out,
            "--cell-id", cell_id, "--timeout", f"{max(timeout_s * COLLECTIVE_SHARE, 5):g}"]
     if fingerprint:
         cmd += ["--fingerprint", fingerprint]

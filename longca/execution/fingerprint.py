@@ -30,8 +30,8 @@ MEASUREMENT_CODE = ("attention/errors.py", "attention/masks/__init__.py", "atten
                     "attention/masks/custom.py", "attention/masks/block_sparse.py",
                     "attention/varlen.py", "attention/mask_convert.py", "attention/problem.py",
                     "attention/reference.py", "attention/flops.py",
-                    "attention/data/doclen_default.json", "execution/timing.py", "execution/graphed.py",
-                    "execution/cell.py", "execution/env.py", "kernels/__init__.py", "kernels/base.py")
+                    "attention/data/doclen_default.json", "execution/measure/timing.py", "execution/measure/graphed.py",
+                    "execution/measure/cell.py", "execution/measure/env.py", "kernels/__init__.py", "kernels/base.py")
 
 
 def code_lines(source: str) -> list[str]:
@@ -101,7 +101,7 @@ def cp_fingerprint(strategy: str, local_kernel: str | None = None) -> str:
     from .. import cp, kernels
 
     files = ([PACKAGE / p for p in MEASUREMENT_CODE] + cp.source_files(strategy)
-             + [PACKAGE / "execution" / "cp_cell.py", PACKAGE / "kernels" / "_lse_ops.py"])
+             + [PACKAGE / "execution" / "measure" / "cp_cell.py", PACKAGE / "kernels" / "_lse_ops.py"])
     if local_kernel:
         files.append(kernels.source_file(local_kernel))
     return files_fingerprint(files)

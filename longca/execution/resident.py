@@ -252,7 +252,7 @@ def _measuring_process(channel: socket.socket, device: str) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = device  # before CUDA exists in this process
     import torch
 
-    from .cell import CellSpec, run_cell
+    from .measure.cell import CellSpec, run_cell
 
     # A segfault prints the Python stack to fd 2, which is the current cell's log, then still dies.
     faulthandler.enable(file=sys.stderr, all_threads=True)

@@ -1,6 +1,6 @@
 """One cell's settings → its result row, whatever the measuring process does.
 
-The measurement (``longca.execution.cell.run_cell``) runs in a forked child (``longca.execution.isolate``); a child
+The measurement (``longca.execution.measure.cell.run_cell``) runs in a forked child (``longca.execution.isolate``); a child
 that segfaults, aborts, hangs past the time limit or is killed for memory still yields a row, built
 here from the settings with the status and a reason.  GPU cells first take a GPU slot
 (``longca.execution.gpu_slots``) and run with ``CUDA_VISIBLE_DEVICES`` set to it.
@@ -40,7 +40,8 @@ def preload() -> None:
     import torch  # noqa: F401
 
     from .. import kernels
-    from . import cell, fingerprint  # noqa: F401
+    from . import fingerprint  # noqa: F401
+    from .measure import cell  # noqa: F401
 
     for family in pkgutil.iter_modules(kernels.__path__):
         try:
@@ -55,7 +56,7 @@ def _measure(settings: dict[str, Any], threads: int, device: str | None) -> dict
         os.environ["CUDA_VISIBLE_DEVICES"] = device
     import torch
 
-    from .cell import CellSpec, run_cell
+    from .measure.cell import CellSpec, run_cell
 
     if threads:
         torch.set_num_threads(threads)

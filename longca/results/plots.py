@@ -3,7 +3,7 @@
 Every builder takes the tables as pandas DataFrames and returns a ``matplotlib.figure.Figure``;
 ``save`` writes it atomically.  Kernel figures come from ``results/kernels.parquet``, CP figures
 from ``results/cp.parquet`` (plus the kernel table for the single-GPU baseline), machine ceilings
-from ``results/ceilings.json`` (``longca.execution.ceilings``).  A cell that did not produce a number is
+from ``results/ceilings.json`` (``longca.execution.measure.ceilings``).  A cell that did not produce a number is
 drawn as its status's marker (``STATUS_MARKERS``): at its point's x, below the lines; a wrong result
 is never drawn as a speed.  What is drawn (best values, CP efficiency, markers, labels) comes from
 ``tables``, the same tables the report shows; this module only draws.
@@ -28,7 +28,7 @@ from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import blended_transform_factory
 from PIL import Image  # matplotlib's own dependency
 
-from ..execution.ceilings import matmul_ceiling  # noqa: E402
+from ..execution.measure.ceilings import matmul_ceiling  # noqa: E402
 from . import tables  # noqa: E402
 from .tables import (  # noqa: E402
     DIRECTION_TITLES,

@@ -1,4 +1,4 @@
-# The machine's ceilings, then the figures (scripts under workflow/scripts call longca.execution.ceilings and
+# The machine's ceilings, then the figures (scripts under workflow/scripts call longca.execution.measure.ceilings and
 # longca.results.plots, which draws longca.results.tables; captions under workflow/report/ serve `snakemake --report`).
 import hashlib
 from pathlib import Path
@@ -16,7 +16,7 @@ def code_fingerprint(*paths: str) -> str:
 
 
 # The figures draw the tables of longca/results/tables.py: editing either redraws them.
-PLOT_CODE = code_fingerprint("longca/results/plots.py", "longca/results/tables.py", "longca/execution/ceilings.py")
+PLOT_CODE = code_fingerprint("longca/results/plots.py", "longca/results/tables.py", "longca/execution/measure/ceilings.py")
 # CP figures exist once CP cells do (one per mask the CP grid covers); with none, the report says so.
 CP_MASKS = [m for m in MASK_NAMES if m in {c.mask for c in ALL_CP_CELLS}]
 
@@ -38,7 +38,7 @@ rule ceilings:
     params:
         device=CFG["device"],
         dtypes=CFG["dtypes"],
-        fingerprint=files_fingerprint([Path(workflow.basedir, "longca", "execution", f) for f in ("ceilings.py", "timing.py")]),
+        fingerprint=files_fingerprint([Path(workflow.basedir, "longca", "execution", "measure", f) for f in ("ceilings.py", "timing.py")]),
     threads: MEASURE_THREADS
     resources:
         **GPU_JOB_RESOURCES,

@@ -1,4 +1,4 @@
-# The machine's measured ceilings (longca.execution.ceilings) on the cells' device, with the cells' threads.
+# The machine's measured ceilings (longca.execution.measure.ceilings) on the cells' device, with the cells' threads.
 # On GPU the measurement takes a GPU slot like a cell does, so it never shares a device with one.
 import contextlib
 import os
@@ -14,7 +14,7 @@ with open(sm.log[0], "w") as log, contextlib.redirect_stderr(log):
         slot = gpu_slots.acquire(gpu_slots.visible_devices(sm.config.get("gpus") or 0))
         os.environ["CUDA_VISIBLE_DEVICES"] = slot.device  # before CUDA is initialised
     with slot:
-        from longca.execution import ceilings
+        from longca.execution.measure import ceilings
 
         result = ceilings.write(sm.params.device, list(sm.params.dtypes), sm.output[0], threads=sm.threads)
     for entry in result["matmul"]:

@@ -1,5 +1,5 @@
 # The per-mask CP figures: per-GPU TFLOPs/s against cp_size, and efficiency against one GPU.
-from longca.execution import ceilings
+from longca.execution.measure import ceilings
 from longca.results.parquet import load
 from longca.results.plots import cp_figures
 

@@ -1,5 +1,5 @@
 # The per-mask kernel figures: TFLOPs/s by seqlen (with the ceiling line) and peak memory by seqlen.
-from longca.execution import ceilings
+from longca.execution.measure import ceilings
 from longca.results.parquet import load
 from longca.results.plots import kernel_figures
 

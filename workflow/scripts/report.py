@@ -1,5 +1,5 @@
 # The self-contained HTML report (a script: see aggregate.py for why not `run:`).
-from longca.execution import ceilings
+from longca.execution.measure import ceilings
 from longca.results.parquet import load
 from longca.results.report import Figures, render
 

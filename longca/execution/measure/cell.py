@@ -19,11 +19,11 @@ from typing import Any, Callable
 
 import torch
 
-from .. import kernels
-from ..attention import reference
-from ..attention.flops import attention_flops
-from ..attention.problem import Problem, ProblemSpec
-from ..kernels.base import Kernel, Unsupported
+from ... import kernels
+from ...attention import reference
+from ...attention.flops import attention_flops
+from ...attention.problem import Problem, ProblemSpec
+from ...kernels.base import Kernel, Unsupported
 from . import env, graphed, timing
 
 STATUSES = ("ok", "unsupported", "oom", "wrong", "error", "timeout")
@@ -44,7 +44,7 @@ class MeasuredSpec(ProblemSpec):
 
     warmup: int = 2
     reps: int = 5
-    warmup_ms: float = 0.0      # and warm up for at least this long (GPU clocks settle; longca.execution.timing)
+    warmup_ms: float = 0.0      # and warm up for at least this long (GPU clocks settle; longca.execution.measure.timing)
     gate_seqlen: int = 512
 
 
@@ -55,9 +55,9 @@ class CellSpec(MeasuredSpec):
     SETTINGS_NAME = "cell"
 
     kernel: str
-    warmup_max_ms: float = 0.0  # > 0: warm up until steady, at most this long (longca.execution.timing)
+    warmup_max_ms: float = 0.0  # > 0: warm up until steady, at most this long (longca.execution.measure.timing)
     rep_ms: float = 0.0         # > 0: repeat until this much time is filled, at least ``reps`` times
-    cuda_graph: bool = False    # CUDA: time replays of the call captured in a graph (longca.execution.graphed)
+    cuda_graph: bool = False    # CUDA: time replays of the call captured in a graph (longca.execution.measure.graphed)
     kernel_options: dict[str, Any] = field(default_factory=dict)  # config kernel_options[kernel]
 
 
@@ -126,7 +126,7 @@ def cell_call(kernel: Kernel, problem: Problem, warmup: int, cuda_graph: bool = 
 
     ``cuda_graph`` (CUDA only): the block runs on a side stream; ``warmup`` eager calls (compilation,
     plans, allocator growth) come first, then the call is captured in a CUDA graph and ``call``
-    replays it (``longca.execution.graphed``).  ``facts``: ``timed_via`` (which way) and ``host_ms``
+    replays it (``longca.execution.measure.graphed``).  ``facts``: ``timed_via`` (which way) and ``host_ms``
     (what one eager call costs the CPU).  benchmarks/bench_pipeline.py times this same ``call``
     with triton.testing.do_bench."""
     stream = graphed.stream_for(problem.device, cuda_graph)

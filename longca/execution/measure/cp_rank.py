@@ -1,4 +1,4 @@
-"""``torchrun … -m longca.execution.cp_rank --settings JSON --out ROW.json``: one CP cell, every rank.
+"""``torchrun … -m longca.execution.measure.cp_rank --settings JSON --out ROW.json``: one CP cell, every rank.
 
 The process group is gloo on CPU and NCCL on CUDA, with the cell's time limit as its collective
 timeout, so a hung collective ends as a ``timeout`` row instead of a hung pipeline (the launcher,
@@ -15,12 +15,12 @@ import sys
 import torch
 import torch.distributed as dist
 
-from .atomic import write_json_atomic
+from ..atomic import write_json_atomic
 from .cp_cell import CPSpec, run_cell
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m longca.execution.cp_rank")
+    parser = argparse.ArgumentParser(prog="python -m longca.execution.measure.cp_rank")
     parser.add_argument("--settings", required=True, help="the cell's resolved settings (JSON)")
     parser.add_argument("--out", required=True, help="where rank 0 writes the row")
     parser.add_argument("--cell-id", default=None)

@@ -2,7 +2,7 @@
 
 Today one ceiling: the dense matmul rate (``matmul_tflops``), the rate attention's two matmuls are
 bounded by.  It is a real measurement, never a datasheet number: square ``n × n @ n × n`` products
-(``2 n³`` FLOPs) after warm-up, timed by ``longca.execution.timing`` (CUDA events on GPU, ``perf_counter`` on
+(``2 n³`` FLOPs) after warm-up, timed by ``longca.execution.measure.timing`` (CUDA events on GPU, ``perf_counter`` on
 CPU), median with the 20th and 80th percentiles.  ``n`` is the power of two (up to ``max_n``) with
 the best probed rate among the sizes whose product takes at most about ``2 · target_ms``, so slow
 dtypes on a CPU (bfloat16 has no fast CPU matmul) still measure in about a second.  ``results/ceilings.json`` holds one entry
@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from ..attention.problem import parse_dtype
+from ...attention.problem import parse_dtype
 from . import env, timing
-from .atomic import write_json_atomic
+from ..atomic import write_json_atomic
 
 CEILINGS_VERSION = 1
 MIN_N = 256

@@ -20,11 +20,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..attention import reference
-from ..attention.flops import attention_flops
-from ..attention.problem import Problem
-from ..cp import build
-from ..cp.base import Unsupported
+from ...attention import reference
+from ...attention.flops import attention_flops
+from ...attention.problem import Problem
+from ...cp import build
+from ...cp.base import Unsupported
 from . import env, timing
 from .cell import MeasuredSpec, _relative_error, is_oom
 
@@ -242,7 +242,7 @@ def run_cell(spec: CPSpec) -> dict[str, Any] | None:
 
 
 def _default_local_kernel(spec: CPSpec) -> str | None:
-    from ..cp import get
+    from ...cp import get
 
     try:
         return get(spec.strategy).options.get("local_kernel")

@@ -90,8 +90,12 @@ def test_editing_one_adapter_reruns_only_its_cells(clone, tmp_path):
     snakefile = checkout / "Snakefile"
     # The cache key is the code's content, not where the checkout lives.
     assert planned_cells(clone, snakefile=snakefile) == set()
-    with open(checkout / "longca" / "kernels" / "testing.py", "a") as f:
-        f.write("\n# an edit to the test kernels' adapter module\n")
+    adapter = checkout / "longca" / "kernels" / "testing.py"
+    with open(adapter, "a") as f:  # a comment is no change: the key follows the code lines
+        f.write("\n# an edit to the test kernels' adapter module's comments\n")
+    assert planned_cells(clone, snakefile=snakefile) == set()
+    with open(adapter, "a") as f:
+        f.write("_EDITED = 1\n")
     assert planned_cells(clone, snakefile=snakefile) == {SLEEP}
 
 

@@ -74,6 +74,14 @@ def tied_with(ranked: pd.DataFrame, value: str, name: str, tie_margin: float) ->
             if float(v) * (1.0 + tie_margin) >= top]
 
 
+def contest(ranked: pd.DataFrame, value: str, name: str, tie_margin: float) -> dict:
+    """How the first of ``ranked`` (fastest first, at least two rows) stands against the rest:
+    ``tied`` (``tied_with``), ``tie`` and ``unsteady`` (the winner's or the runner-up's row is)."""
+    tied = tied_with(ranked, value, name, tie_margin)
+    return {"tied": tied, "tie": bool(tied),
+            "unsteady": unsteady(ranked.iloc[0], value) or unsteady(ranked.iloc[1], value)}
+
+
 def unsteady(row: pd.Series, value: str = "tflops") -> bool:
     """A row whose figure is shaky: its warm-up never became steady, or its p80/p20 exceeds
     ``UNSTEADY_SPREAD``."""
@@ -164,11 +172,10 @@ def best_kernels(df: pd.DataFrame, masks: list[str] | None = None, tie_margin: f
                      wins=int((winners == top["kernel"]).sum()), lengths=len(winners))
         if len(at) > 1:
             second = at.iloc[1]
-            tied = tied_with(at, "tflops", "kernel", tie_margin)
             entry.update(runner_up=second["kernel"], runner_up_tflops=second["tflops"],
                          runner_up_cell_id=second["cell_id"],
                          ratio=float(top["tflops"]) / float(second["tflops"]) if second["tflops"] else None,
-                         tied=tied, tie=bool(tied), unsteady=unsteady(top) or unsteady(second))
+                         **contest(at, "tflops", "kernel", tie_margin))
         if longest < entry["longest_grid"]:
             failed = group[group["seqlen"] > longest]
             entry["note"] = (f"no kernel produced a number above {seqlen_label(longest)} ("
@@ -206,10 +213,9 @@ def seqlen_winners(df: pd.DataFrame, tie_margin: float = 0.0) -> list[dict]:
             e.update(kernel=top["kernel"], tflops=float(top["tflops"]), cell_id=top["cell_id"])
         if len(ok) > 1:
             second = ok.iloc[1]
-            tied = tied_with(ok, "tflops", "kernel", tie_margin)
             e.update(runner_up=second["kernel"], runner_up_tflops=float(second["tflops"]),
                      ratio=float(top["tflops"]) / float(second["tflops"]) if second["tflops"] else None,
-                     tied=tied, tie=bool(tied), unsteady=unsteady(top) or unsteady(second))
+                     **contest(ok, "tflops", "kernel", tie_margin))
         entries.append(e)
     return entries
 
@@ -428,9 +434,8 @@ def best_strategies(cp: pd.DataFrame, masks: list[str] | None = None, tie_margin
                      baseline_note=top["baseline_note"], cell_id=top["cell_id"])
         if len(at) > 1:
             second = at.iloc[1]
-            tied = tied_with(at, "tflops_per_gpu", "strategy", tie_margin)
-            entry.update(runner_up=second["strategy"], runner_up_tflops=second["tflops_per_gpu"], tied=tied,
-                         tie=bool(tied), unsteady=unsteady(top, "tflops_per_gpu") or unsteady(second, "tflops_per_gpu"))
+            entry.update(runner_up=second["strategy"], runner_up_tflops=second["tflops_per_gpu"],
+                         **contest(at, "tflops_per_gpu", "strategy", tie_margin))
         if longest < int(group["seqlen"].max()):
             failed = group[group["seqlen"] > longest]
             entry["note"] = (f"no strategy produced a number above {seqlen_label(longest)} ("

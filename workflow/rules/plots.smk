@@ -1,18 +1,14 @@
 # The machine's ceilings, then the figures (scripts under workflow/scripts call longca.execution.measure.ceilings and
 # longca.results.plots, which draws longca.results.tables; captions under workflow/report/ serve `snakemake --report`).
-import hashlib
 from pathlib import Path
 
 from longca.execution.fingerprint import files_fingerprint
 
 
 def code_fingerprint(*paths: str) -> str:
-    """Hash of files of this checkout (a param: editing the plotting code redraws the figures)."""
-    h = hashlib.sha256()
-    for p in paths:
-        h.update(p.encode())
-        h.update(Path(workflow.basedir, p).read_bytes())
-    return h.hexdigest()[:16]
+    """The fingerprint of files of this checkout, as for cells (code lines, not names): a param, so
+    changing the plotting or report code redraws the figures and the report."""
+    return files_fingerprint([Path(workflow.basedir, p) for p in paths])
 
 
 # The figures draw the tables of longca/results/tables.py: editing either redraws them.

@@ -57,7 +57,8 @@ import torch
 
 from longca import kernels
 from longca.attention.flops import attention_flops
-from longca.execution.measure.cell import CellSpec, cell_call, run_cell, time_kernel
+from longca.execution.measure.cell import CellSpec, run_cell
+from longca.execution.measure.timed import cell_call, time_kernel
 
 MASKS = {
     "full": {},

@@ -11,7 +11,7 @@ measured twice, one right after the other:
 * by the workflow: ``snakemake <the chunk's cell files> --configfile config/gpu.yaml <overrides>
   --cores 8 --resources gpu=1``, as a user would run it (resident lanes, cache, one row per cell);
 * by a bare loop in this process: the project's own adapters and correctness gate, and the same
-  call (``longca.execution.measure.cell.cell_call``: on a GPU the replay of the call captured in a CUDA
+  call (``longca.execution.measure.timed.cell_call``: on a GPU the replay of the call captured in a CUDA
   graph, where it can be captured) timed with ``triton.testing.do_bench(warmup=25, rep=100,
   return_mode="median")``, twice: the first loop is what a one-pass script reports, right after the
   gate and the compilation, with the GPU's clocks wherever that left them (on an H200 it read cuDNN's
@@ -167,7 +167,9 @@ def bare_cell(spec, harness: bool = False) -> dict:
 
     from longca import kernels
     from longca.attention.flops import attention_flops
-    from longca.execution.measure.cell import cell_call, correctness_gate, is_oom
+    from longca.execution.measure.cell import is_oom
+    from longca.execution.measure.gate import correctness_gate, gate_problem
+    from longca.execution.measure.timed import cell_call
 
     try:
         kernel = kernels.get(spec.kernel).with_options(spec.kernel_options)
@@ -175,7 +177,7 @@ def bare_cell(spec, harness: bool = False) -> dict:
         reason = kernel.supports(problem)
         if reason:
             return {"status": "unsupported", "reason": reason}
-        ok, _, _, detail = correctness_gate(kernel, problem.reduced(spec.gate_seqlen))
+        ok, _, _, detail = correctness_gate(kernel, gate_problem(problem, spec.gate_seqlen))
         if not ok:
             return {"status": "wrong", "reason": detail}
         with cell_call(kernel, problem, max(spec.warmup, kernel.min_warmup), spec.cuda_graph) as (call, _, facts):

@@ -21,7 +21,7 @@ import torch
 from longca.attention import masks, reference
 from longca.cp.blocks import Span, restrict
 from longca.cp.local import BlockAttention
-from longca.execution.measure.cell import GATE_TOLERANCE
+from longca.execution.measure.gate import GATE_TOLERANCE
 from longca.kernels.base import Unsupported
 
 DOCS = {"histogram": {"edges": [16, 64, 200], "weights": [1, 1]}}

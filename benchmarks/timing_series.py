@@ -4,7 +4,7 @@
         [--configfile config/gpu.yaml] [--long-rep-ms 1000]
 
 For each named cell of the config (``kernel/mask/dtype_dir_seqlen``, as benchmarks/bench_pipeline.py
-names them) the call the workflow times (``longca.execution.measure.cell.cell_call``: the captured CUDA
+names them) the call the workflow times (``longca.execution.measure.timed.cell_call``: the captured CUDA
 graph's replay) is built once and timed, round after round, three ways in one process:
 
 * ``harness``: the workflow's own ``timing.measure`` with the cell's settings (its median and the
@@ -80,7 +80,7 @@ def probe(spec, rounds: int, long_rep_ms: float) -> list[dict]:
     from longca import kernels
     from longca.attention.flops import attention_flops
     from longca.execution.measure import timing
-    from longca.execution.measure.cell import cell_call
+    from longca.execution.measure.timed import cell_call
 
     kernel = kernels.get(spec.kernel).with_options(spec.kernel_options)
     problem = spec.problem()

@@ -58,12 +58,13 @@ def _run_cell(args: argparse.Namespace) -> int:
     else:  # in this process: for a debugger; a crash here is a crash
         import torch
 
+        from .execution import store
         from .execution.measure.cell import CellSpec, run_cell
         from .execution.runner import _fingerprint
 
         if args.threads:
             torch.set_num_threads(args.threads)
-        row = run_cell(CellSpec.from_dict(settings))
+        row = run_cell(CellSpec.from_dict(settings), store.from_env())
         row.update(cell_id=cell_id, fingerprint=_fingerprint(settings.get("kernel")))
     row["isolation"] = args.isolation  # how the number was measured, for whoever compares rows
     if args.out:

@@ -11,6 +11,7 @@ from longca.attention import masks
 from longca.attention.problem import Problem
 from longca.config import ConfigError, cell_settings, validate
 from longca.execution.measure.cell import CellSpec, run_cell
+from longca.execution.measure.gate import gate_problem
 
 # A "shared question" shape written by hand: question (first quarter) causal, three answers each
 # causal and attending the whole question.
@@ -53,9 +54,9 @@ def test_custom_mask_rejects_overlaps_and_unknown_params():
 
 def test_gate_problem_keeps_a_multiple_of_the_base():
     p = Problem("custom", 160, 1, 2, 1, 8, torch.float32, "cpu", "fwd", 0, {"slices": SHAPE})
-    r = p.reduced(40)
+    r = gate_problem(p, 40)
     assert r.seqlen == 32 and r.mask.params["scale"] == 2
-    assert p.reduced(8).seqlen == 16  # never below one base length
+    assert gate_problem(p, 8).seqlen == 16  # never below one base length
 
 
 def test_custom_mask_in_config_flows_to_a_measured_row():

@@ -39,7 +39,36 @@ def test_a_fingerprint_follows_content_not_file_names(tmp_path):
     assert files_fingerprint([a, b, data]) != key  # data files count byte for byte
 
 
+def test_moving_a_function_to_another_module_keeps_the_fingerprint(tmp_path):
+    (tmp_path / "a.py").write_text("def f(x):\n    return x + 1\n\n\nclass C:\n    K = 2\n\n"
+                                   "    def m(self):\n        return self.K\n")
+    (tmp_path / "b.py").write_text("Y = 2\n")
+    key = files_fingerprint([tmp_path / "a.py", tmp_path / "b.py"])
+    (tmp_path / "a2.py").write_text("class C:\n    K = 2\n\n    def m(self):\n        return self.K\n")
+    (tmp_path / "b2.py").write_text("Y = 2\n\n\ndef f(x):\n    return x + 1\n")
+    assert files_fingerprint([tmp_path / "a2.py", tmp_path / "b2.py"]) == key
+    # A method is a unit of its own: removing another leaves its digest, changing it does not.
+    before = set(fingerprint.code_units("class C:\n    def m(self):\n        return 1\n\n"
+                                        "    def n(self):\n        return 2\n"))
+    after = set(fingerprint.code_units("class C:\n    def m(self):\n        return 1\n"))
+    assert after < before
+    changed = set(fingerprint.code_units("class C:\n    def m(self):\n        return 3\n"))
+    assert not changed <= before
+
+
 def test_every_kernel_has_a_fingerprint_over_its_adapter_and_the_measurement_code():
     files = fingerprint.kernel_files("sdpa")
-    assert all(f.exists() for f in files) and files[-1].name == "sdpa.py"
+    assert all(f.exists() for f in files) and any(f.name == "sdpa.py" for f in files)
     assert fingerprint.kernel_fingerprint("sdpa") != fingerprint.kernel_fingerprint("flex")
+
+
+def test_each_part_is_keyed_on_its_own_code_only():
+    from longca.execution.measure.parts import PARTS
+
+    names = {part: {f.name for f in fingerprint.part_files(part, "sdpa")} for part in PARTS}
+    assert "gate.py" in names["gate"] and "reference.py" in names["gate"]
+    assert {"timing.py", "graphed.py", "timed.py"} <= names["time"]
+    assert "memory.py" in names["memory"]
+    assert not {"gate.py", "reference.py", "memory.py"} & names["time"]   # a gate fix re-times nothing
+    assert not {"timing.py", "timed.py", "gate.py"} & names["memory"]
+    assert all("sdpa.py" in n and "cell.py" not in n for n in names.values())

@@ -87,17 +87,18 @@ def _imported_modules(path: Path) -> set[Path]:
     return found
 
 
-def test_the_measurement_fingerprint_covers_every_module_a_cell_measures_with():
-    """A kernel cell's cache key hashes MEASUREMENT_CODE plus its adapter: a module the measurement
-    imports but the list leaves out could change a number without rerunning a cell."""
-    from longca.execution.fingerprint import MEASUREMENT_CODE
+def test_each_part_fingerprint_covers_every_module_it_measures_with():
+    """A part's cache key hashes the problem's code, the part's own and the adapter: a module the
+    part's code imports but its list leaves out could change a number without re-measuring it."""
+    from longca.execution.measure.parts import PARTS, PROBLEM_CODE
 
-    listed = {PACKAGE / p for p in MEASUREMENT_CODE}
     adapters = {p for p in (PACKAGE / "kernels").glob("*.py") if p.name not in ("__init__.py", "base.py")}
     missing = set()
-    for path in [p for p in listed if p.suffix == ".py"]:
-        missing |= {m for m in _imported_modules(path) if m not in listed and m not in adapters}
-    assert not missing, sorted(str(m.relative_to(PACKAGE)) for m in missing)
+    for part in PARTS.values():
+        listed = {PACKAGE / p for p in PROBLEM_CODE + part.code}
+        for path in [p for p in listed if p.suffix == ".py"]:
+            missing |= {(part.name, m) for m in _imported_modules(path) if m not in listed and m not in adapters}
+    assert not missing, sorted((name, str(m.relative_to(PACKAGE))) for name, m in missing)
 
 
 def test_the_package_builds_no_path_into_the_workflow_or_its_config():

@@ -11,6 +11,7 @@ from browser import Chromium, chromium  # noqa: F401 — chromium is a fixture
 from PIL import Image
 from snakemake_run import snakemake as run_snakemake
 
+from longca.results import parquet as results
 from longca.attention import masks
 from longca.attention.flops import attention_flops
 from longca.results.parquet import load
@@ -53,7 +54,7 @@ def test_rows_are_measured_and_flops_follow_the_formula(finished_run):
         m = masks.build(row.mask, row.seqlen)
         assert row.flops == attention_flops(m, 4, 16, row.direction)
         assert row.area == m.area()
-        assert row.fingerprint and row.schema_version == 1
+        assert row.fingerprint and row.schema_version == results.SCHEMA_VERSION
 
 
 def test_report_names_every_cell_and_embeds_figures(finished_run):

@@ -61,12 +61,6 @@ class Problem:
     def gqa(self) -> bool:
         return self.heads_q != self.heads_kv
 
-    def reduced(self, seqlen: int, dtype: torch.dtype | None = None) -> "Problem":
-        """The same mask family and parameters at a smaller length (for the correctness gate)."""
-        n = masks.gate_seqlen(self.mask_name, self.seqlen, seqlen, self.mask_params)
-        return replace(self, seqlen=n, mask=None,
-                       dtype=self.dtype if dtype is None else dtype)
-
     def make_inputs(self, *, requires_grad: bool, seed: int | None = None):
         """Random q, k, v (never zeros: they hide unwritten outputs) and an upstream gradient."""
         # Drawn on the problem's device: a 32K × 64-head problem is ~600M numbers, seconds on a CPU.

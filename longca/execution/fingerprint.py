@@ -1,16 +1,18 @@
-"""Code fingerprints: part of every cell's cache key.
+"""Code fingerprints: part of every cached measurement's key.
 
-A kernel cell's number is determined by its resolved settings and by the code that computes it:
-its kernel adapter's module plus the shared measurement code.  Hashing exactly those files means
-changing one adapter reruns that adapter's cells only, while a change to the timing or the gate
-reruns every cell.  Report-side code (results, plots, report) is deliberately not included.
+A kernel cell measures three things, each cached on its own (``longca.execution.measure.parts``):
+correctness (the gate), time and memory.  Each is determined by its settings and by the code that
+computes it: the problem's code (masks, shapes, the kernel registry), the kernel's adapter, and the
+part's own modules.  So changing one adapter reruns that adapter's cells only, fixing the gate re-runs
+gates and no timing, and report-side code (results, plots, report) is in no key.
 
-The key follows what the code does, not where it is or how it reads: a Python file counts by its
+The key follows what the code does, not where it is or how it reads.  A Python file counts as its
+code units (``code_units``): each top-level statement, and each method of a class on its own, by its
 code lines (``code_lines``: without docstrings, comments, blank lines and import statements; an
-import computes nothing, and the files it brings in are hashed themselves), and the fingerprint is
-over the files' digests, not their names.  So moving, renaming, commenting, documenting or
-re-importing code re-times nothing, while a changed statement reruns the cells it computes.  Data
-files count byte for byte.
+import computes nothing, and the files it brings in are hashed themselves).  A fingerprint is over the
+units' digests, sorted, not over file names.  So moving a function to another module, renaming a
+file, commenting, documenting or re-importing re-times nothing, while a changed statement reruns the
+measurements it computes.  Data files count byte for byte, as one unit.
 """
 
 from __future__ import annotations
@@ -24,20 +26,15 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent  # longca/: the files below are named relative to it
 
-# Shared measurement code, relative to the package.
-MEASUREMENT_CODE = ("attention/errors.py", "attention/masks/__init__.py", "attention/masks/slices.py",
-                    "attention/masks/_checks.py", "attention/masks/_shapes.py", "attention/masks/patterns.py",
-                    "attention/masks/custom.py", "attention/masks/block_sparse.py",
-                    "attention/varlen.py", "attention/mask_convert.py", "attention/problem.py",
-                    "attention/reference.py", "attention/flops.py",
-                    "attention/data/doclen_default.json", "execution/measure/timing.py", "execution/measure/graphed.py",
-                    "execution/measure/cell.py", "execution/measure/env.py", "kernels/__init__.py", "kernels/base.py")
-
 
 def code_lines(source: str) -> list[str]:
     """The lines of a Python module that compute something: without docstrings, import statements,
     comments (whole lines and the end of a line) and blank lines.  A docstring or an import that
     shares a line with other code stays."""
+    return [line for _, line in _numbered_code_lines(source)]
+
+
+def _numbered_code_lines(source: str) -> list[tuple[int, str]]:
     tree = ast.parse(source)
     drop: set[int] = set()
     # Lines where a simple statement other than an import starts: an import sharing one stays.
@@ -64,43 +61,102 @@ def code_lines(source: str) -> list[str]:
             continue
         line = line[:comment_at[number]] if number in comment_at else line
         if line.strip():
-            kept.append(line.rstrip())
+            kept.append((number, line.rstrip()))
     return kept
 
 
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def code_units(source: str) -> list[str]:
+    """The digests of a module's code units: each top-level statement but imports and the module's
+    docstring, with a class split into its header (and class-level statements) and one unit per
+    method, each by its code lines.  A unit's digest does not depend on the file it is in."""
+    tree = ast.parse(source)
+    kept = dict(_numbered_code_lines(source))
+    spans: list[list[range]] = []
+    for node in tree.body:
+        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        whole = range(start, node.end_lineno + 1)
+        if isinstance(node, ast.ClassDef):
+            methods = [m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            method_spans = [range(min([m.lineno] + [d.lineno for d in m.decorator_list]), m.end_lineno + 1)
+                            for m in methods]
+            inside = {n for r in method_spans for n in r}
+            spans.append([range(n, n + 1) for n in whole if n not in inside])
+            spans.extend([r] for r in method_spans)
+        else:
+            spans.append([whole])
+    units = []
+    for ranges in spans:
+        lines = [kept[n] for r in ranges for n in r if n in kept]
+        if lines:
+            units.append(_digest("\n".join(lines)))
+    return units
+
+
 @functools.lru_cache(maxsize=None)
-def file_digest(path: Path) -> str:
-    """What a file contributes to a fingerprint: its code lines (Python) or its bytes (data)."""
+def file_units(path: Path) -> tuple[str, ...]:
+    """What a file contributes to a fingerprint: its code units (Python) or its bytes (data)."""
     if path.suffix == ".py":
-        return hashlib.sha256("\n".join(code_lines(path.read_text())).encode()).hexdigest()
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+        return tuple(code_units(path.read_text()))
+    return (hashlib.sha256(path.read_bytes()).hexdigest(),)
 
 
-def files_fingerprint(paths) -> str:
-    """The fingerprint of the code in ``paths``: their digests, sorted, so not their names or order."""
+def units(paths) -> list[str]:
+    """The code units of ``paths`` (a module not written yet, an optional one, counts as absent)."""
+    return [u for path in {Path(p).resolve() for p in paths} if path.exists() for u in file_units(path)]
+
+
+def units_fingerprint(digests) -> str:
     h = hashlib.sha256()
-    for digest in sorted(file_digest(path) for path in {Path(p).resolve() for p in paths} if path.exists()):
-        h.update(digest.encode())  # a module not written yet (an optional one) counts as absent
+    for digest in sorted(digests):
+        h.update(digest.encode())
     return h.hexdigest()[:16]
 
 
-def kernel_files(kernel: str) -> list[Path]:
-    """The files a kernel cell's number depends on: the shared measurement code and its adapter."""
-    from .. import kernels
+def files_fingerprint(paths) -> str:
+    """The fingerprint of the code in ``paths``: their units' digests, sorted, so not their names,
+    their order or which file holds which function."""
+    return units_fingerprint(units(paths))
 
-    return [PACKAGE / p for p in MEASUREMENT_CODE] + [kernels.source_file(kernel)]
+
+def part_files(part: str, kernel: str) -> list[Path]:
+    """The files one measurement of a kernel cell depends on: the problem's code, the part's own
+    and the kernel's adapter."""
+    from .. import kernels
+    from .measure.parts import PARTS, PROBLEM_CODE
+
+    return [PACKAGE / p for p in PROBLEM_CODE + PARTS[part].code] + [kernels.source_file(kernel)]
+
+
+def part_fingerprint(part: str, kernel: str) -> str:
+    return files_fingerprint(part_files(part, kernel))
+
+
+def kernel_files(kernel: str) -> list[Path]:
+    """The files any measurement of a kernel cell depends on (the union of its parts')."""
+    from .measure.parts import PARTS
+
+    files = {f: None for part in PARTS for f in part_files(part, kernel)}
+    return list(files)
 
 
 def kernel_fingerprint(kernel: str) -> str:
+    """A kernel cell's whole code: a Snakemake param, so that a change to any part's code reruns
+    the cell's job, which then measures only the parts whose own key changed."""
     return files_fingerprint(kernel_files(kernel))
 
 
 def cp_fingerprint(strategy: str, local_kernel: str | None = None) -> str:
-    """A CP cell's code: the shared measurement code, the strategy's module and the CP machinery,
-    and the local kernel's adapter with its attention-with-LSE ops."""
+    """A CP cell's code: the problem's, the gate's and the timing's, the strategy's module and the
+    CP machinery, and the local kernel's adapter with its attention-with-LSE ops."""
     from .. import cp, kernels
+    from .measure.parts import PARTS, PROBLEM_CODE
 
-    files = ([PACKAGE / p for p in MEASUREMENT_CODE] + cp.source_files(strategy)
+    code = PROBLEM_CODE + PARTS["gate"].code + PARTS["time"].code
+    files = ([PACKAGE / p for p in code] + cp.source_files(strategy)
              + [PACKAGE / "execution" / "measure" / "cp_cell.py", PACKAGE / "kernels" / "_lse_ops.py"])
     if local_kernel:
         files.append(kernels.source_file(local_kernel))

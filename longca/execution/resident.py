@@ -252,6 +252,7 @@ def _measuring_process(channel: socket.socket, device: str) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = device  # before CUDA exists in this process
     import torch
 
+    from . import store
     from .measure.cell import CellSpec, run_cell
 
     # A segfault prints the Python stack to fd 2, which is the current cell's log, then still dies.
@@ -272,7 +273,7 @@ def _measuring_process(channel: socket.socket, device: str) -> None:
                 from .isolate import cap_address_space
 
                 cap_address_space(msg["memory_mb"] * 2**20)
-            row = run_cell(CellSpec.from_dict(msg["settings"]))
+            row = run_cell(CellSpec.from_dict(msg["settings"]), store.from_env())
             fresh_retry = measured > 0 and ran_out_of_memory(row)
             retire = fresh_retry or _context_lost(row, device)
             measured += 1

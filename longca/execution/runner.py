@@ -56,11 +56,12 @@ def _measure(settings: dict[str, Any], threads: int, device: str | None) -> dict
         os.environ["CUDA_VISIBLE_DEVICES"] = device
     import torch
 
+    from . import store
     from .measure.cell import CellSpec, run_cell
 
     if threads:
         torch.set_num_threads(threads)
-    return run_cell(CellSpec.from_dict(settings))
+    return run_cell(CellSpec.from_dict(settings), store.from_env())
 
 
 def failure_row(settings: dict[str, Any], status: str, reason: str, wall_s: float) -> dict[str, Any]:

@@ -18,8 +18,10 @@ import pyarrow.parquet as pq
 
 from ..execution.atomic import write_json_atomic  # noqa: F401 — re-exported: rows are written through results
 
-SCHEMA_VERSION = 1
-CP_SCHEMA_VERSION = 1
+# 2: peak_mem_bytes is what one call needs (the memory part), gate_seqlen the length the gate checked.
+SCHEMA_VERSION = 2
+# 2: gate_seqlen is the length the gate checked, and gate_area is new.
+CP_SCHEMA_VERSION = 2
 
 # Column groups both tables share (same names, types and meaning).
 _PROBLEM = [
@@ -53,7 +55,8 @@ _OUTCOME = [
     ("min_ms", pa.float64()),
     ("max_ms", pa.float64()),
 ]
-_GATE = [("gate_error", pa.float64()), ("gate_tolerance", pa.float64()), ("gate_detail", pa.string())]
+_GATE = [("gate_error", pa.float64()), ("gate_tolerance", pa.float64()), ("gate_detail", pa.string()),
+         ("gate_area", pa.int64())]
 _SOFTWARE = [("torch_version", pa.string()), ("cuda_version", pa.string()), ("driver_version", pa.string())]
 _PROVENANCE = [("slurm_job_id", pa.string()), ("fingerprint", pa.string()), ("wall_s", pa.float64())]
 _ID = [("schema_version", pa.int32()), ("kind", pa.string()), ("cell_id", pa.string())]
@@ -77,7 +80,11 @@ KERNEL_SCHEMA = pa.schema(
         ("cpu_name", pa.string()),
         ("cpu_threads", pa.int32()),
         ("hostname", pa.string()),
-    ] + _SOFTWARE + [("libraries", pa.string())] + _PROVENANCE + [
+    ] + _SOFTWARE + [("libraries", pa.string()), ("kernel_library", pa.string())] + _PROVENANCE + [
+        ("timed_at", pa.string()),
+        ("timed_on", pa.string()),
+        ("timed_load_1m", pa.float64()),
+        ("parts_reused", pa.string()),
         ("kernel_options", pa.string()),
         ("gpu_slot", pa.string()),
         ("isolation", pa.string()),

@@ -5,6 +5,7 @@ import os
 
 from longca import config as longca_config
 from longca.execution import kept_rows, placement, slurm_jobs
+from longca.execution import store
 from longca.execution.fingerprint import cp_fingerprint, kernel_fingerprint
 
 # Validated before any job starts; a bad key stops here with a message naming it.
@@ -67,6 +68,9 @@ def cached_kernel_fingerprint(kernel: str) -> str:
 # settings, and the kernel cells' client learns the fingerprints here, without importing torch.
 os.environ[kept_rows.FINGERPRINTS_ENV] = json.dumps(
     {kernel: cached_kernel_fingerprint(kernel) for kernel in CFG["kernels"]}, sort_keys=True)
+# Every measured part of a kernel cell (gate, time, memory) is kept in the run's store by its own
+# key (longca.execution.store): a rerun measures only the parts whose settings or code changed.
+os.environ[store.STORE_ENV] = str(store.DEFAULT.resolve())
 
 
 # Resident lanes (longca.execution.resident) measure each device's cells one at a time in a long-lived process;

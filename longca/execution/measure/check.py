@@ -1,6 +1,6 @@
 """``longca check``: the correctness gate for every available kernel × mask, as a table.
 
-The same gate every cell runs before it is timed (``longca.execution.measure.cell.correctness_gate``): output, and
+The same gate every cell runs before it is timed (``longca.execution.measure.gate.correctness_gate``): output, and
 for backward dq/dk/dv, against the float64 reference, with the tolerances written next to it.
 Meant as the first thing to run on a new machine or after changing an adapter.
 """
@@ -17,7 +17,8 @@ from ... import kernels
 from ...attention import masks
 from ...attention.problem import Problem, parse_dtype
 from ...kernels.base import Unsupported
-from .cell import correctness_gate, is_oom
+from .cell import is_oom
+from .gate import correctness_gate
 
 # Parameters that make each pattern non-trivial at the check's small lengths (defaults such as a
 # 1024-token window would cover the whole sequence and hide the mask).

@@ -1,7 +1,7 @@
 """One CP cell, measured by every rank of a ``torchrun`` job; rank 0 writes the row.
 
 Each rank: build the strategy on the default process group, check it against the exact reference on
-a reduced problem of the same mask family (all ranks agree before anything is timed), then time its
+the cell's mask at the gate's length, its structure kept (``longca.execution.measure.gate``) (all ranks agree before anything is timed), then time its
 forward or backward on the full problem.  Iterations start together (a barrier, untimed), and a
 CP step is as slow as its slowest rank, so the headline time is the median over iterations of the
 per-iteration maximum over ranks; each rank's own quantiles are kept too.
@@ -26,7 +26,8 @@ from ...attention.problem import Problem
 from ...cp import build
 from ...cp.base import Unsupported
 from . import env, timing
-from .cell import MeasuredSpec, _relative_error, is_oom
+from .cell import MeasuredSpec, is_oom
+from .gate import gate_problem, relative_error
 
 # The gate's tolerances on ‖x − ref‖ / ‖ref‖ (float64 reference), per dtype.  Partial blocks are
 # merged in float32, so fp32 keeps TF32-class error; bf16 pays one rounding of every operand and of
@@ -106,7 +107,7 @@ def correctness_gate(spec: CPSpec, problem: Problem):
         if backward:
             refs.update(zip(("dq", "dk", "dv"),
                             torch.autograd.grad(ref, (q64, k64, v64), grad_out.to(torch.float64))))
-        errors = {n: _relative_error(tensors[n].to(refs[n].device), refs[n]) for n in refs}
+        errors = {n: relative_error(tensors[n].to(refs[n].device), refs[n]) for n in refs}
         del q64, k64, v64, ref, refs
         tol = CP_GATE_TOLERANCE[problem.direction][problem.dtype]
         worst = max(errors.values())
@@ -182,8 +183,10 @@ def run_cell(spec: CPSpec) -> dict[str, Any] | None:
         row.update(area=mask.area(), density=mask.density(),
                    flops=attention_flops(mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch),
                    mask_params_resolved=json.dumps(dict(mask.params), sort_keys=True, default=str))
-        ok, err, tol, detail = correctness_gate(spec, problem.reduced(spec.gate_seqlen))
-        row.update(gate_error=err, gate_tolerance=tol, gate_detail=detail)
+        checked = gate_problem(problem, spec.gate_seqlen)
+        ok, err, tol, detail = correctness_gate(spec, checked)
+        row.update(gate_error=err, gate_tolerance=tol, gate_detail=detail, gate_seqlen=checked.seqlen,
+                   gate_area=checked.mask.area())
         if not ok:
             failure = ("wrong", detail)
         else:

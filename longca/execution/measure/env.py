@@ -12,8 +12,16 @@ import subprocess
 import torch
 
 # Distribution names of the kernel libraries whose versions every row records.
-KERNEL_LIBRARIES = ("flash-attn", "flash-attn-3", "flash-attn-cute", "xformers", "transformer-engine",
-                    "nvidia-cudnn-frontend", "triton")
+KERNEL_LIBRARIES = ("flash-attn", "flash-attn-3", "flash-attn-4", "flash-attn-cute", "xformers",
+                    "transformer-engine", "transformer-engine-torch", "nvidia-cudnn-frontend", "triton")
+# What each kernel calls, besides torch (every kernel runs under it): distributions, and "cudnn" for
+# the cuDNN library torch loaded.  A kernel not listed calls torch alone.
+KERNEL_CALLS: dict[str, tuple[str, ...]] = {
+    "flash_attn2": ("flash-attn",), "flash_attn3": ("flash-attn-3",), "flash_attn4": ("flash-attn-4",),
+    "flex_flash": ("flash-attn-4",), "cudnn_fe": ("nvidia-cudnn-frontend", "cudnn"), "sdpa_cudnn": ("cudnn",),
+    "triton_block_sparse": ("triton",), "flex": ("triton",), "xformers": ("xformers",),
+    "te_fused": ("transformer-engine", "cudnn"),
+}
 
 
 def _cpu_name() -> str:
@@ -44,6 +52,25 @@ def library_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return versions
+
+
+def _version(library: str) -> str | None:
+    if library == "cudnn":
+        return str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else None
+    try:
+        return importlib.metadata.version(library)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_library(kernel: str) -> str:
+    """The libraries ``kernel`` calls, with the versions installed here: "torch 2.11.0+cu130 +
+    flash-attn-4 4.0.0b36" (a library that is not installed reads "not installed")."""
+    named = [f"torch {torch.__version__}"]
+    for library in KERNEL_CALLS.get(kernel, ()):
+        named.append(f"{library} {_version(library) or 'not installed'}")
+    return " + ".join(named)
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,0 +1,281 @@
+#!/usr/bin/env bash
+# Builds the optional Hopper attention kernels for the lent GPU box, where no wheel exists for its
+# torch 2.11.0+cu130 / Python 3.12 (and the box has no network), and packs them for carrying.
+# On a normal machine you would not need this: `pip install flash-attn` (FA2), build FA3 from
+# flash-attention's hopper/ directory, `pip install transformer_engine[pytorch]`.
+#
+#   bash benchmarks/build_kernels.sh OUT_DIR [fa2] [te] [fa3]      (default: all three)
+#
+# Needs: Linux x86_64, a Python 3.12 (python3.12 on PATH, pyenv, or PY312=/path/to/python3.12), gcc,
+# git, xz, network to PyPI (and github.com for fa3, unless FA3_GIT_DIR/CUTLASS_GIT_DIR name local
+# git dirs holding the pinned commits).  No GPU is needed.  Scratch space (~12 GB: build venv with
+# torch + CUDA 13.0 wheels, sources, build trees) is $KERNEL_BUILD_DIR (default /work/build/kernels).
+#
+# Output: OUT_DIR/wheels/*.whl, OUT_DIR/part1..partN (each <= 56 MB: wheels, or pieces of a bigger
+# wheel) and OUT_DIR/install_kernels.sh (copied into every part) + OUT_DIR/INSTALL.txt.
+# On the box, once per part in consecutive calls:  bash partK/install_kernels.sh partK [/tmp/site]
+#
+# What is built (all restricted to what LongCA benchmarks: head dim 128, bf16, forward + backward,
+# causal / sliding window / varlen; anything else raises at call time):
+#   fa2  flash-attn 2.8.3 (PyPI sdist), module flash_attn + extension flash_attn_2_cuda; sm_80 SASS
+#        (runs on sm_90); hdim 128 + bf16 only (static_switch.h), dropout/ALiBi/softcap/uneven-K
+#        compiled out; flash_attn/cute dropped (FlashAttention-4 owns it).   ~8 min here (2 cores)
+#   te   transformer_engine_torch 2.20.2 (PyPI sdist; a C++-only torch extension) built against the
+#        prebuilt core wheel transformer_engine_cu13 2.20.2 (carried as is, 276 MB) and the
+#        transformer_engine 2.20.2 metapackage; NCCL EP off.                   ~TE_MIN min here
+#   fa3  FlashAttention-3 (flash-attention hopper/ at FA3_COMMIT, CUTLASS at the submodule commit),
+#        modules flash_attn_interface + flash_attn_3._C; sm_90a; bf16, hdim 128, no fp16/fp8/split/
+#        paged/appendkv/softcap/packgqa/cluster/sm80; local, varlen, backward kept.  ~FA3_MIN min here
+# Times: this container, 2 cores, nice 19, MAX_JOBS=2 (another job running).
+set -euo pipefail
+OUT=${1:?usage: build_kernels.sh OUT_DIR [fa2] [te] [fa3] [pack]}; shift || true
+LIBS=${*:-fa2 te fa3}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+WORK=${KERNEL_BUILD_DIR:-/work/build/kernels}
+export MAX_JOBS=${MAX_JOBS:-2}
+NICE="nice -n 19"
+
+# ---- pins ------------------------------------------------------------------------------------------
+TORCH_VERSION=2.11.0            # PyPI's manylinux_2_28 wheel is 2.11.0+cu130
+CUDA_TOOLKIT=13.0.2             # metapackage pinning nvcc/crt/nvvm 13.0.88, cudart 13.0.96, cccl 13.0.85,
+                                # cublas 13.1.0.3, cusparse 12.6.3.3, cusolver 12.0.4.66, curand 10.4.0.35,
+                                # nvtx 13.0.85 ... (the set torch 2.11.0 itself requires)
+CUDNN=9.19.0.56                 # = torch 2.11.0's pin, = the box's cuDNN 9.19
+NCCL=2.28.9 CUFILE=1.15.1.6 CUSPARSELT=0.8.0 NVSHMEM=3.4.5   # only so `import torch` works here
+FA2_VERSION=2.8.3
+TE_VERSION=2.20.2
+# `import transformer_engine.pytorch` needs pydantic (transformer_engine/common/recipe), which the box
+# lacks; onnx/onnxscript/onnx-ir/ml-dtypes/einops/numpy/protobuf/typing-extensions are there (KINDS.md),
+# nvdlfw-inspect is imported only by TE's debug features, nvidia-cudnn-frontend comes with
+# make_bundles.sh's cudnn_fe set.  pydantic 2.11 needs only typing-extensions>=4.12.2.
+TE_PY_DEPS="pydantic==2.11.10 pydantic-core==2.33.2 annotated-types==0.7.0 typing-inspection==0.4.1"
+FA3_COMMIT=0251105a2fb19d2957484b7f023cd8c115286ced       # flash-attention main, 2026-08-15 (FA3 3.0.0)
+CUTLASS_COMMIT=7127592069c2fe01b041e174ba4345ef9b279671   # its csrc/cutlass submodule (v4.3.0-48)
+FA3_FLAGS="BACKWARD=FALSE SM80=TRUE FP16=TRUE FP8=TRUE HDIM64=TRUE HDIM96=TRUE HDIM192=TRUE HDIM256=TRUE
+  HDIMDIFF64=TRUE HDIMDIFF192=TRUE SPLIT=TRUE PAGEDKV=TRUE APPENDKV=TRUE SOFTCAP=TRUE PACKGQA=TRUE
+  CLUSTER=TRUE LOCAL=FALSE VARLEN=FALSE"                  # -> FLASH_ATTENTION_DISABLE_<X>=<value>
+
+V=$WORK/venv; PY=$V/bin/python; PIP="$V/bin/pip --disable-pip-version-check"
+SITE=$WORK/venv/lib/python3.12/site-packages
+CUDA=$SITE/nvidia/cu13          # the pip CUDA 13.0 toolkit, completed below into a CUDA_HOME layout
+log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+
+find_py312() {
+  [ -n "${PY312:-}" ] && { echo "$PY312"; return; }
+  command -v python3.12 >/dev/null 2>&1 && python3.12 -V >/dev/null 2>&1 && { command -v python3.12; return; }
+  command -v pyenv >/dev/null && ls -d "$(pyenv root)"/versions/3.12*/bin/python3.12 2>/dev/null | tail -1 && return
+  command -v uv >/dev/null && uv python find 3.12 && return
+  echo "no Python 3.12 found (set PY312)" >&2; return 1
+}
+
+toolchain() {
+  if [ ! -x "$PY" ]; then
+    log "build venv $V"
+    "$(find_py312)" -m venv "$V"
+    $PIP install -q -U pip wheel "setuptools<82" ninja packaging psutil
+    $PIP install -q --no-deps "torch==$TORCH_VERSION"
+    $PIP install -q filelock "typing-extensions>=4.10" sympy networkx jinja2 fsspec numpy \
+      "cuda-toolkit[nvcc,cudart,cccl,crt,nvvm,cublas,cusparse,cusolver,curand,nvtx,nvrtc,nvjitlink,cupti,cufft]==$CUDA_TOOLKIT" \
+      "nvidia-cudnn-cu13==$CUDNN" "nvidia-nccl-cu13==$NCCL"
+    $PIP install -q --no-deps "nvidia-cufile==$CUFILE" "nvidia-cusparselt-cu13==$CUSPARSELT" \
+      "nvidia-nvshmem-cu13==$NVSHMEM"
+  fi
+  # CUDA_HOME = the cu13 folder (bin/nvcc, nvvm/, include/, lib/) + lib64, unversioned .so names,
+  # and the cuDNN / NCCL headers TE's extension includes from $CUDA_HOME/include.
+  ( cd "$CUDA" && ln -sfn lib lib64
+    for f in lib/*.so.*; do b=$(basename "$f"); [ -e "lib/${b%%.so.*}.so" ] || ln -s "$b" "lib/${b%%.so.*}.so"; done
+    for h in "$SITE"/nvidia/cudnn/include/*.h "$SITE"/nvidia/nccl/include/*.h; do ln -sfn "$h" include/; done )
+  export CUDA_HOME=$CUDA PATH=$CUDA/bin:$PATH
+  "$PY" -c "import torch; assert torch.__version__ == '$TORCH_VERSION+cu130', torch.__version__"
+  nvcc --version | grep -q "release 13.0" || { echo "nvcc is not 13.0" >&2; exit 1; }
+}
+
+# ---- FlashAttention-2 ------------------------------------------------------------------------------
+patch_fa2() {  # $1: unpacked sdist
+  "$PY" - "$1" <<'EOF'
+import re, sys, pathlib, shutil
+root = pathlib.Path(sys.argv[1])
+# dispatch: only bf16 / head dim 128, so flash_api.cpp references only the compiled instantiations
+sw = root / "csrc/flash_attn/src/static_switch.h"
+s = sw.read_text()
+sw.write_text(s[: s.index("#define FP16_SWITCH")] + r'''#define FP16_SWITCH(COND, ...)                                                   \
+  [&] {                                                                          \
+    TORCH_CHECK(!(COND), "this flash-attn build has bf16 kernels only");         \
+    using elem_type = cutlass::bfloat16_t;                                       \
+    return __VA_ARGS__();                                                        \
+  }()
+
+#define HEADDIM_SWITCH(HEADDIM, ...)                                             \
+  [&] {                                                                          \
+    TORCH_CHECK(HEADDIM > 96 && HEADDIM <= 128,                                  \
+                "this flash-attn build has head dim 128 kernels only");          \
+    constexpr static int kHeadDim = 128;                                         \
+    return __VA_ARGS__();                                                        \
+  }()
+''')
+# sources: flash_api.cpp + the six hdim128 bf16 files (fwd, split-kv fwd, bwd; causal and not).
+# mha_fwd picks split-kv by a heuristic (num_splits=0), so the split files are needed.
+sp = root / "setup.py"
+t = sp.read_text()
+keep = ["csrc/flash_attn/flash_api.cpp"] + [f"csrc/flash_attn/src/flash_{k}_hdim128_bf16{c}_sm80.cu"
+                                             for k in ("fwd", "fwd_split", "bwd") for c in ("", "_causal")]
+t, n = re.subn(r'sources=\[\s*"csrc/flash_attn/flash_api.cpp",.*?\],', "sources=" + repr(keep) + ",",
+               t, count=1, flags=re.S)
+assert n == 1, "sources list not found"
+# compile out dropout, ALiBi, softcap and head dims that are not a multiple of 32
+flags = ('["-DFLASHATTENTION_DISABLE_DROPOUT", "-DFLASHATTENTION_DISABLE_ALIBI", '
+         '"-DFLASHATTENTION_DISABLE_SOFTCAP", "-DFLASHATTENTION_DISABLE_UNEVEN_K"]')
+t = t.replace('"cxx": compiler_c17_flag,', f'"cxx": compiler_c17_flag + {flags},', 1)
+t = t.replace('"nvcc": append_nvcc_threads(nvcc_flags + cc_flag),',
+              f'"nvcc": append_nvcc_threads(nvcc_flags + cc_flag + {flags}),', 1)
+assert t.count('"-DFLASHATTENTION_DISABLE_DROPOUT", ') == 2
+# do not ship flash_attn/cute: FlashAttention-4's wheel owns it on the box
+t = t.replace('"flash_attn.egg-info",', '"flash_attn.egg-info", "flash_attn.cute", "flash_attn.cute.*",', 1)
+sp.write_text(t)
+shutil.rmtree(root / "flash_attn/cute", ignore_errors=True)
+# flash_attn/__init__.py: a broken or missing FA2 extension must not make flash_attn.cute (FA4,
+# installed into the same flash_attn/ folder or another sys.path entry) unimportable.
+ini = root / "flash_attn/__init__.py"
+i = ini.read_text()
+head, imports = i.split("\n\nfrom flash_attn.flash_attn_interface import", 1)
+ini.write_text(head + '''
+
+# FlashAttention-4 (flash-attn-4) installs flash_attn/cute/ without a flash_attn/__init__.py: keep it
+# reachable from another sys.path entry too.
+__path__ = __import__("pkgutil").extend_path(__path__, __name__)
+
+try:
+    from flash_attn.flash_attn_interface import''' + "\n".join("    " + l if l else l for l in imports.split("\n")) + '''
+except ImportError as _exc:  # e.g. flash_attn_2_cuda does not load: flash_attn.cute still imports
+    _fa2_import_error = _exc
+''')
+print("patched", root)
+EOF
+}
+
+build_fa2() {
+  local d=$WORK/fa2 t0=$SECONDS
+  rm -rf "$d" && mkdir -p "$d"
+  $PIP download -q --no-deps --no-binary :all: --no-build-isolation "flash-attn==$FA2_VERSION" -d "$d"
+  tar xzf "$d/flash_attn-$FA2_VERSION.tar.gz" -C "$d"
+  patch_fa2 "$d/flash_attn-$FA2_VERSION"
+  ( cd "$d/flash_attn-$FA2_VERSION" &&
+    FLASH_ATTENTION_FORCE_BUILD=TRUE FLASH_ATTN_CUDA_ARCHS=80 TORCH_CUDA_ARCH_LIST=8.0 NVCC_THREADS=1 \
+      $NICE $PIP wheel -v --no-build-isolation --no-deps -w "$OUT/wheels" . > "$d/build.log" 2>&1 ) ||
+    { tail -40 "$d/build.log"; exit 1; }
+  log "fa2 built in $(( (SECONDS - t0) / 60 )) min"
+}
+
+# ---- TransformerEngine -----------------------------------------------------------------------------
+build_te() {
+  local d=$WORK/te t0=$SECONDS
+  rm -rf "$d" && mkdir -p "$d"
+  # prebuilt pieces: the core library (CUDA 13) and the metapackage
+  $PIP download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
+    --platform manylinux2014_x86_64 --platform any -d "$OUT/wheels" "transformer-engine-cu13==$TE_VERSION" \
+    "transformer-engine==$TE_VERSION" $TE_PY_DEPS
+  $PIP download -q --no-deps --no-binary :all: --no-build-isolation "transformer-engine-torch==$TE_VERSION" -d "$d"
+  tar xzf "$d/transformer_engine_torch-$TE_VERSION.tar.gz" -C "$d"
+  # NVTE_NO_LOCAL_VERSION: the version must be exactly $TE_VERSION (TE checks core == torch ext == meta)
+  ( cd "$d/transformer_engine_torch-$TE_VERSION" &&
+    NVTE_PYTORCH_FORCE_BUILD=TRUE NVTE_NO_LOCAL_VERSION=1 NVTE_WITH_NCCL_EP=0 NVTE_CUDA_ARCHS=90 \
+      $NICE $PIP wheel -v --no-build-isolation --no-deps -w "$OUT/wheels" . > "$d/build.log" 2>&1 ) ||
+    { tail -40 "$d/build.log"; exit 1; }
+  log "te built in $(( (SECONDS - t0) / 60 )) min"
+}
+
+# ---- FlashAttention-3 ------------------------------------------------------------------------------
+git_export() {  # $1 url, $2 commit, $3 local git dir (may be empty), $4 dest, $5.. paths
+  local url=$1 commit=$2 gd=$3 dest=$4; shift 4
+  if [ -z "$gd" ]; then
+    gd=$WORK/git/$(basename "$url" .git).git
+    [ -d "$gd" ] || git clone -q --bare --filter=blob:none "$url" "$gd"
+    git --git-dir="$gd" cat-file -e "$commit" 2>/dev/null || git --git-dir="$gd" fetch -q origin "$commit"
+  fi
+  mkdir -p "$dest" && git --git-dir="$gd" archive "$commit" "$@" | tar x -C "$dest"
+}
+
+build_fa3() {
+  local d=$WORK/fa3 t0=$SECONDS
+  rm -rf "$d" && mkdir -p "$d"
+  git_export https://github.com/Dao-AILab/flash-attention "$FA3_COMMIT" "${FA3_GIT_DIR:-}" "$d" hopper README.md LICENSE
+  git_export https://github.com/NVIDIA/cutlass "$CUTLASS_COMMIT" "${CUTLASS_GIT_DIR:-}" "$d/csrc/cutlass" include
+  local env=() kv
+  for kv in $FA3_FLAGS; do env+=("FLASH_ATTENTION_DISABLE_$kv"); done
+  ( cd "$d/hopper" &&
+    env "${env[@]}" FLASH_ATTENTION_FORCE_BUILD=TRUE TORCH_CUDA_ARCH_LIST=9.0a NVCC_THREADS=1 \
+      $NICE $PIP wheel -v --no-build-isolation --no-deps -w "$OUT/wheels" . > "$d/build.log" 2>&1 ) ||
+    { tail -40 "$d/build.log"; exit 1; }
+  log "fa3 built in $(( (SECONDS - t0) / 60 )) min"
+}
+
+# ---- packing for the box ---------------------------------------------------------------------------
+write_installer() {
+  cat > "$OUT/install_kernels.sh" <<'EOF'
+#!/usr/bin/env bash
+# On the GPU box: install one carried part of the kernel wheels into TARGET (default /tmp/site).
+# Once per part, in consecutive calls while the box stays warm (/tmp survives ~30 s between calls).
+#   bash install_kernels.sh PARTDIR [TARGET];  then: export PYTHONPATH=TARGET:$PYTHONPATH
+# Wheels are installed one by one into a temporary folder and merged into TARGET, so flash-attn 2's
+# flash_attn/ and FlashAttention-4's flash_attn/cute/ (make_bundles.sh's fa4 set) share one folder.
+set -euo pipefail
+PART=${1:?usage: install_kernels.sh PARTDIR [TARGET]}; T=${2:-/tmp/site}
+mkdir -p "$T" /tmp/kernel-pieces
+shopt -s nullglob
+install_whl() {
+  local tmp; tmp=$(mktemp -d)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$tmp" "$1"
+  cp -r "$tmp"/. "$T"/ && rm -rf "$tmp"; echo "installed $(basename "$1")"
+}
+for w in "$PART"/*.whl; do install_whl "$w"; done
+# A wheel over 56 MB comes as NAME.whl.partNN pieces (maybe in several parts) + NAME.whl.sha256.
+cp "$PART"/*.whl.part* "$PART"/*.whl.sha256 /tmp/kernel-pieces/ 2>/dev/null || true
+for s in /tmp/kernel-pieces/*.whl.sha256; do
+  w=${s%.sha256}
+  cat "$w".part* > "$w" 2>/dev/null || continue
+  if (cd /tmp/kernel-pieces && sha256sum -c --status "$(basename "$s")"); then
+    install_whl "$w" && rm -f "$w" "$w".part* "$s"
+  else
+    rm -f "$w"; echo "$(basename "$w"): waiting for more pieces"
+  fi
+done
+ls "$T"
+EOF
+}
+
+pack() {
+  local n=0 used=0 f sz
+  rm -rf "$OUT"/part* "$OUT/pieces" && mkdir -p "$OUT/pieces"
+  write_installer
+  for f in "$OUT"/wheels/*.whl; do
+    if [ "$(stat -c %s "$f")" -gt 56000000 ]; then      # too big for one part: split it
+      ( cd "$OUT/wheels" && sha256sum "$(basename "$f")" > "$OUT/pieces/$(basename "$f").sha256" )
+      split -b 50000000 -d "$f" "$OUT/pieces/$(basename "$f").part"
+    else
+      ln -f "$f" "$OUT/pieces/"
+    fi
+  done
+  # Fill parts of at most 56 MB (installer and checksums included), biggest files first.
+  for f in $(ls -S "$OUT"/pieces/*.whl "$OUT"/pieces/*.whl.part* 2>/dev/null); do
+    sz=$(stat -c %s "$f")
+    if [ "$n" -eq 0 ] || [ $((used + sz)) -gt 55900000 ]; then
+      n=$((n + 1)); used=0; mkdir -p "$OUT/part$n"; cp "$OUT/install_kernels.sh" "$OUT/part$n/"
+      cp "$OUT"/pieces/*.sha256 "$OUT/part$n/" 2>/dev/null || true
+    fi
+    mv "$f" "$OUT/part$n/"; used=$((used + sz))
+  done
+  rm -rf "$OUT/pieces"
+  du -sh "$OUT"/part*
+}
+
+toolchain
+for lib in $LIBS; do
+  case $lib in
+    fa2) build_fa2 ;;
+    te) build_te ;;
+    fa3) build_fa3 ;;
+    pack) ;;  # only (re)pack what OUT_DIR/wheels holds
+    *) echo "unknown library $lib (fa2, te, fa3)" >&2; exit 2 ;;
+  esac
+done
+pack

@@ -1,0 +1,60 @@
+"""A kernel cell's three measurements, each cached on its own key: correctness, time and memory.
+
+Each part is determined by the problem (its settings and code), the kernel's adapter, and its own
+settings and code, listed here.  Its key (``part_key``) hashes exactly those, so fixing the gate
+re-runs gates and re-times nothing, a new memory probe measures memory only, and a change to the
+timing harness re-times without re-gating.  ``longca.execution.store`` keeps the parts;
+``longca.execution.measure.cell.run_cell`` measures only the parts it does not find there.
+
+Free of heavy imports: the Snakefile computes fingerprints from it without importing torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+# Settings every part depends on: the problem and the kernel that solves it.
+PROBLEM_SETTINGS = ("kernel", "kernel_options", "mask", "pattern", "seqlen", "direction", "dtype", "batch",
+                    "heads_q", "heads_kv", "head_dim", "mask_params", "seed", "device")
+# Code every part depends on (relative to the package): masks, the problem, its FLOPs, the kernel
+# registry and base class.  The kernel's own adapter is added per kernel.
+PROBLEM_CODE = ("attention/errors.py", "attention/masks/__init__.py", "attention/masks/slices.py",
+                "attention/masks/_checks.py", "attention/masks/_shapes.py", "attention/masks/patterns.py",
+                "attention/masks/custom.py", "attention/masks/block_sparse.py",
+                "attention/varlen.py", "attention/mask_convert.py", "attention/problem.py",
+                "attention/flops.py", "attention/data/doclen_default.json",
+                "kernels/__init__.py", "kernels/base.py")
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    settings: tuple[str, ...]   # besides PROBLEM_SETTINGS
+    code: tuple[str, ...]       # besides PROBLEM_CODE and the adapter
+
+
+PARTS: dict[str, Part] = {p.name: p for p in (
+    Part("gate", ("gate_seqlen",),
+         ("attention/reference.py", "attention/masks/gate.py", "execution/measure/gate.py")),
+    Part("time", ("warmup", "reps", "warmup_ms", "warmup_max_ms", "rep_ms", "cuda_graph"),
+         ("execution/measure/timing.py", "execution/measure/graphed.py", "execution/measure/timed.py")),
+    Part("memory", (),
+         ("execution/measure/memory.py",)),
+)}
+
+
+def part_settings(part: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings ``part`` depends on, from a cell spec's fields (``dataclasses.asdict(spec)``)."""
+    names = PROBLEM_SETTINGS + PARTS[part].settings
+    return {name: settings[name] for name in names if name in settings}
+
+
+def part_key(part: str, settings: Mapping[str, Any], fingerprint: str) -> str:
+    """A part's cache key: its settings and the fingerprint of its code."""
+    # Through JSON, so that tuples and lists, ints and floats key alike as they were written.
+    blob = json.dumps({"part": part, "settings": part_settings(part, settings), "code": fingerprint},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]

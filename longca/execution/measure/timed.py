@@ -1,0 +1,72 @@
+"""The call a kernel cell times, and timing it: the time part of a cell.
+
+Mask metadata is prepared untimed; on CUDA the call is captured in a CUDA graph after eager warm-up
+calls and its replays are timed (``longca.execution.measure.graphed``), by the budget-driven harness
+of ``longca.execution.measure.timing``.  benchmarks/bench_pipeline.py times this same call with
+triton.testing.do_bench.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Callable
+
+import torch
+
+from ...attention.problem import Problem
+from ...kernels.base import Kernel
+from . import graphed, timing
+
+
+def timed_call(kernel: Kernel, problem: Problem) -> tuple[Callable[[], object], dict[str, Any]]:
+    """The call a cell times on the full problem, and the kernel's prepared mask metadata (built
+    here, untimed): the forward, or the backward through autograd of a forward made here (the
+    forward is not part of a backward timing).  benchmarks/bench_pipeline.py times this same call
+    with triton.testing.do_bench."""
+    q, k, v, grad_out = problem.make_inputs(requires_grad=True)
+    prepared = kernel.prepare(problem)
+    if problem.direction == "bwd":
+        out = kernel.forward(q, k, v, prepared)
+
+        def run():
+            return torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)
+    else:
+        # Inputs require grad, as in training: kernels that save softmax statistics do so here too.
+        def run():
+            return kernel.forward(q, k, v, prepared)
+    return run, prepared
+
+
+@contextlib.contextmanager
+def cell_call(kernel: Kernel, problem: Problem, warmup: int, cuda_graph: bool = False):
+    """The call a cell times, as it times it: yields ``(call, prepared, facts)``; time ``call``
+    inside the block.
+
+    ``cuda_graph`` (CUDA only): the block runs on a side stream; ``warmup`` eager calls (compilation,
+    plans, allocator growth) come first, then the call is captured in a CUDA graph and ``call``
+    replays it (``longca.execution.measure.graphed``).  ``facts``: ``timed_via`` (which way) and ``host_ms``
+    (what one eager call costs the CPU).  benchmarks/bench_pipeline.py times this same ``call``
+    with triton.testing.do_bench."""
+    stream = graphed.stream_for(problem.device, cuda_graph)
+    with graphed.on(stream):
+        run, prepared = timed_call(kernel, problem)
+        facts: dict[str, Any] = {}
+        call = run
+        if stream is not None:
+            for _ in range(max(warmup, 1)):
+                run()
+            facts["host_ms"] = graphed.host_ms(run, problem.device)
+            replay, facts["timed_via"] = graphed.capture(run, stream)
+            call = replay or run
+        yield call, prepared, facts
+
+
+def time_kernel(kernel: Kernel, problem: Problem, warmup: int, reps: int, warmup_ms: float = 0.0,
+                warmup_max_ms: float = 0.0, rep_ms: float = 0.0, cuda_graph: bool = False):
+    """Time forward or backward of the full problem; mask metadata is prepared untimed."""
+    warmup = max(warmup, kernel.min_warmup)
+    with cell_call(kernel, problem, warmup, cuda_graph) as (call, prepared, facts):
+        result = timing.measure(call, device=problem.device, warmup=warmup, reps=reps, warmup_ms=warmup_ms,
+                                warmup_max_ms=warmup_max_ms, rep_ms=rep_ms)
+    return dataclasses.replace(result, **facts), prepared

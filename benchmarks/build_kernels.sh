@@ -129,8 +129,8 @@ t = t.replace('"cxx": compiler_c17_flag,', f'"cxx": compiler_c17_flag + {flags},
 t = t.replace('"nvcc": append_nvcc_threads(nvcc_flags + cc_flag),',
               f'"nvcc": append_nvcc_threads(nvcc_flags + cc_flag + {flags}),', 1)
 assert t.count('"-DFLASHATTENTION_DISABLE_DROPOUT", ') == 2
-# do not ship flash_attn/cute: FlashAttention-4's wheel owns it on the box
-t = t.replace('"flash_attn.egg-info",', '"flash_attn.egg-info", "flash_attn.cute", "flash_attn.cute.*",', 1)
+# do not ship flash_attn/cute (FlashAttention-4's wheel owns it on the box) nor the sdist's hopper/ (FA3 sources)
+t = t.replace('"flash_attn.egg-info",', '"flash_attn.egg-info", "flash_attn.cute", "flash_attn.cute.*", "hopper", "hopper.*",', 1)
 sp.write_text(t)
 shutil.rmtree(root / "flash_attn/cute", ignore_errors=True)
 # flash_attn/__init__.py: a broken or missing FA2 extension must not make flash_attn.cute (FA4,
@@ -145,7 +145,7 @@ ini.write_text(head + '''
 __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
 try:
-    from flash_attn.flash_attn_interface import''' + "\n".join("    " + l if l else l for l in imports.split("\n")) + '''
+    from flash_attn.flash_attn_interface import''' + imports.rstrip().replace("\n", "\n    ") + '''
 except ImportError as _exc:  # e.g. flash_attn_2_cuda does not load: flash_attn.cute still imports
     _fa2_import_error = _exc
 ''')

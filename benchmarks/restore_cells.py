@@ -4,33 +4,36 @@
         --config config/gpu.yaml [overrides.yaml ...] --measured-with FILE [FILE ...] [--dry-run]
 
 GPU time is what the table costs: a lease that ends mid-grid leaves its cells in an archive
-(docs/results/*/cells.tgz, docs/data/*/workflow_cells.tgz), and the next lease should go on from
-them.  A cell's cache key is its settings and the fingerprint of the code that computed it, so a
-cell is kept only when all of this holds, and dropped (with the reason, counted) otherwise:
+(docs/results/*/cells.tgz, docs/data/*/workflow_cells.tgz), and the next run should go on from
+them, measuring only what is missing or what changed.  A cell is three cached parts, each keyed on
+its settings and the code it depends on (``longca.execution.measure.parts``): the gate, the timing
+and the memory.  An archived row is used only when all of this holds (else it is dropped, with the
+reason, counted):
 
 * it was measured at COMMIT: its recorded ``fingerprint`` is what COMMIT's own fingerprint code
   computes for its kernel (COMMIT's ``longca/`` is taken from git and asked, in a subprocess);
-* the code that computes it has not changed since: the fingerprint the current code gives
-  COMMIT's files for that kernel (``longca.execution.fingerprint``: code lines only, whatever the
-  files are called or where they are) is the current fingerprint, so a moved, renamed, commented or
-  documented file keeps its cells, and a cell whose code differs in any statement is measured again;
 * its settings are what the given config resolves for that cell now (``longca.config.cell_settings``).
   ``reps`` needs care: an ok row records the count of timed calls made, ``max(reps, what fills
   rep_ms)``, not the setting.  That count equals what the current setting would make when it is the
   current setting itself, or when the run's setting (``timing.reps`` of ``--measured-with``, the
   config files the archived run used) is the current one.
 
-Kept rows get the current fingerprint (it differs from COMMIT's only when a docstring, a comment or
-the fingerprint's own file list changed) and are written under WORKDIR/results/cells/kernels/;
-then ``snakemake <those cells> --touch --forcerun kernel_cell`` records Snakemake's metadata for them
-without running anything, so a later change to their code or settings reruns them as usual.  A cell
-already in WORKDIR is left alone.
+Then each part of the row is put in the run's store (``results/store``, ``longca.execution.store``)
+when the code it depends on now was all there at COMMIT, unit by unit (``longca.execution.fingerprint``:
+each top-level statement and method by its code lines, wherever it lives): a moved, renamed,
+commented or split module keeps its parts, and a part whose code has a statement COMMIT did not
+have is measured again.  A row whose parts are all restored (or that never reached them:
+``unsupported``, decided by the problem's code and the adapter) is also written under
+WORKDIR/results/cells/kernels/, and ``snakemake <those cells> --touch --forcerun kernel_cell``
+records Snakemake's metadata for it, so nothing runs for it; a row with a part to measure again is
+left to the run, which takes its other parts from the store.  A cell already in WORKDIR is left alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import io
 import json
 import os
@@ -38,6 +41,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -79,14 +83,41 @@ def fingerprints_at(root: Path, kernels: list[str]) -> dict[str, dict]:
     return json.loads(out.stdout)
 
 
-def changed_files(old_pkg: Path, old_files: list[str], kernel: str) -> list[str]:
-    """The kernel's current files (relative to longca/) whose code is in none of COMMIT's files for
-    it, and COMMIT's files whose code is in none of the current ones; empty when the code is the same."""
-    now = {str(p.resolve().relative_to(fingerprint.PACKAGE)): fingerprint.file_digest(p.resolve())
-           for p in fingerprint.kernel_files(kernel) if p.exists()}
-    then = {f: fingerprint.file_digest((old_pkg / f).resolve()) for f in old_files if (old_pkg / f).exists()}
-    return ([f for f, d in now.items() if d not in then.values()]
-            + [f"{f} (at the commit)" for f, d in then.items() if d not in now.values()])
+def units_at(old_pkg: Path, old_files: list[str]) -> set[str]:
+    """The code units of COMMIT's files for a kernel (``old_files`` relative to its ``longca/``)."""
+    return set(fingerprint.units(old_pkg / f for f in old_files))
+
+
+def restorable_parts(kernel: str, then: set[str]) -> dict[str, bool]:
+    """Per part, whether every code unit it depends on now was there at COMMIT; and ``problem``:
+    whether the code deciding support (the problem's and the adapter's) was."""
+    from longca import kernels
+    from longca.execution.measure.parts import PARTS, PROBLEM_CODE
+
+    found = {part: set(fingerprint.units(fingerprint.part_files(part, kernel))) <= then for part in PARTS}
+    problem = [fingerprint.PACKAGE / f for f in PROBLEM_CODE] + [kernels.source_file(kernel)]
+    found["problem"] = set(fingerprint.units(problem)) <= then
+    return found
+
+
+def part_values(row: dict, measured_at: str | None) -> dict[str, dict]:
+    """The parts an archived row holds, as the store keeps them (a row written before parts existed
+    holds a gate and a timing; its ``peak_mem_bytes`` was the timing harness's, not a memory part)."""
+    from longca.execution.measure.timing import Timing
+
+    values = {}
+    if "gate_error" in row:
+        values["gate"] = {"gate_ok": row["status"] != "wrong", "gate_error": row["gate_error"],
+                          "gate_tolerance": row["gate_tolerance"], "gate_detail": row["gate_detail"],
+                          "gate_seqlen": row.get("gate_seqlen"), "gate_area": row.get("gate_area")}
+    if row["status"] == "ok":
+        timing = {f: row.get(f) for f in Timing.__dataclass_fields__ if f != "peak_mem_bytes"}
+        values["time"] = {**timing, "notes": row.get("notes"), "timed_at": row.get("timed_at") or measured_at,
+                          "timed_on": row.get("timed_on") or row.get("hostname"),
+                          "timed_load_1m": row.get("timed_load_1m")}
+        if "parts_reused" in row:  # measured by the memory part
+            values["memory"] = {"peak_mem_bytes": row.get("peak_mem_bytes")}
+    return values
 
 
 def settings_differ(row: dict, settings: dict, reps_then: int) -> str | None:
@@ -106,52 +137,82 @@ def settings_differ(row: dict, settings: dict, reps_then: int) -> str | None:
     return None
 
 
-def read_archive(path: Path) -> dict[str, dict]:
-    """Every kernel cell row in the archive, by its path under the run directory."""
+def read_archive(path: Path) -> dict[str, tuple[dict, str]]:
+    """Every kernel cell row in the archive, by its path under the run directory, with when its
+    file was written (UTC, ISO 8601: the measurement's time for rows that do not record it)."""
     rows = {}
     with tarfile.open(path) as tar:
         for member in tar.getmembers():
             name = member.name.removeprefix("./")
             if member.isfile() and name.startswith(CELLS) and name.endswith(".json"):
-                rows[name] = json.load(tar.extractfile(member))
+                written = datetime.fromtimestamp(member.mtime, timezone.utc).isoformat(timespec="seconds")
+                rows[name] = (json.load(tar.extractfile(member)), written)
     return rows
 
 
 def restore(args) -> dict:
+    from longca.execution import store as store_mod
+    from longca.execution.measure.cell import CellSpec
+    from longca.execution.measure.parts import PARTS, part_key, part_settings
+
     cfg = config_mod.validate(config_mod.merge_files([WORKFLOW_CONFIG, *args.config]))
     reps_then = config_mod.validate(config_mod.merge_files([WORKFLOW_CONFIG, *args.measured_with]))["timing"]["reps"]
     cells = {c.path: c for c in config_mod.kernel_cells(cfg)}
     rows = read_archive(args.archive)
-    kernels_seen = sorted({r["kernel"] for r in rows.values()})
+    kernels_seen = sorted({r["kernel"] for r, _ in rows.values()})
     with tempfile.TemporaryDirectory() as tmp:
         old_pkg = package_at(args.measured_at, Path(tmp))
         at_commit = fingerprints_at(Path(tmp), kernels_seen)
         then = {k: at_commit[k]["fingerprint"] for k in kernels_seen}
-        changed = {k: changed_files(old_pkg, at_commit[k]["files"], k) for k in kernels_seen}
+        restorable = {k: restorable_parts(k, units_at(old_pkg, at_commit[k]["files"])) for k in kernels_seen}
     now = {k: fingerprint.kernel_fingerprint(k) for k in kernels_seen}
-    kept, dropped = {}, collections.Counter()
-    for path, row in sorted(rows.items()):
+    store = store_mod.Store(args.workdir / store_mod.DEFAULT)
+    whole, parts_put, dropped = {}, collections.Counter(), collections.Counter()
+    for path, (row, written) in sorted(rows.items()):
         kernel = row["kernel"]
         cell = cells.get(path)
         if cell is None:
             dropped["not a cell of this config's grid"] += 1
-        elif (args.workdir / path).exists():
+            continue
+        if (args.workdir / path).exists():
             dropped["already in the run directory"] += 1
-        elif row.get("fingerprint") != then[kernel]:
+            continue
+        if row.get("fingerprint") != then[kernel]:
             dropped[f"not measured at {args.measured_at} (fingerprint)"] += 1
-        elif changed[kernel]:
-            dropped[f"{kernel}: code changed since ({', '.join(changed[kernel])})"] += 1
-        elif reason := settings_differ(row, config_mod.cell_settings(cfg, cell.kernel, cell.mask, cell.seqlen,
-                                                                      cell.direction, cell.dtype), reps_then):
+            continue
+        settings = config_mod.cell_settings(cfg, cell.kernel, cell.mask, cell.seqlen, cell.direction, cell.dtype)
+        if reason := settings_differ(row, settings, reps_then):
             dropped[f"settings differ ({reason.split(':')[0]})"] += 1
-        else:
-            kept[path] = dict(row, fingerprint=now[kernel])
+            continue
+        can = restorable[kernel]
+        if row["status"] not in ("ok", "wrong", "unsupported"):  # oom, error, timeout: measure again
+            dropped[f"status {row['status']}: measured again"] += 1
+            continue
+        if row["status"] == "unsupported":
+            if can["problem"]:
+                whole[path] = dict(row, fingerprint=now[kernel])
+            else:
+                dropped[f"{kernel}: support code changed since"] += 1
+            continue
+        spec = dataclasses.asdict(CellSpec.from_dict(settings))
+        values = part_values(row, written)
+        needed = ["gate"] if row["status"] == "wrong" else list(PARTS)
+        for part, value in values.items():
+            if not can[part]:
+                continue
+            code = fingerprint.part_fingerprint(part, kernel)
+            key = part_key(part, spec, code)
+            if not args.dry_run:
+                store.put(part, key, value, part_settings(part, spec), code)
+            parts_put[part] += 1
+        if all(can[p] and p in values for p in needed):
+            whole[path] = dict(row, fingerprint=now[kernel])
     if not args.dry_run:
-        for path, row in kept.items():
+        for path, row in whole.items():
             write_json_atomic(row, args.workdir / path)
-        if kept:
-            record_metadata(args, list(kept))
-    return {"archive": len(rows), "kept": len(kept), "dropped": dict(dropped)}
+        if whole:
+            record_metadata(args, list(whole))
+    return {"archive": len(rows), "whole": len(whole), "parts": dict(parts_put), "dropped": dict(dropped)}
 
 
 def record_metadata(args, paths: list[str]) -> None:
@@ -188,8 +249,10 @@ def main(argv=None) -> int:
         ap.error(f"{args.archive}: no such archive")
     args.workdir.mkdir(parents=True, exist_ok=True)
     summary = restore(args)
-    print(f"{summary['kept']} of {summary['archive']} cells restored into {args.workdir}"
+    print(f"{summary['whole']} of {summary['archive']} cells restored whole into {args.workdir}"
           + (" (dry run: nothing written)" if args.dry_run else ""))
+    print("parts put in the store: " + (", ".join(f"{p} {n}" for p, n in sorted(summary["parts"].items()))
+                                        or "none") + " (a cell not restored whole measures only its other parts)")
     for reason, n in sorted(summary["dropped"].items(), key=lambda kv: -kv[1]):
         print(f"  dropped {n}: {reason}")
     return 0

@@ -49,7 +49,7 @@ def test_restored_cells_are_not_measured_again_and_rerun_when_their_settings_cha
     write_config(work, CONFIG)
     proc = _restore(archive, work, "--measured-with", str(work / "config.yaml"))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "2 of 2 cells restored" in proc.stdout
+    assert "2 of 2 cells restored whole" in proc.stdout
     assert set(cell_files(work)) == CELLS
     assert not (work / work.name).exists()  # Snakemake's record is the run directory's, not a nested one's
     with tarfile.open(archive) as tar:
@@ -84,16 +84,42 @@ def test_cells_of_other_code_or_settings_are_dropped_and_say_why(archive, tmp_pa
     other_code = _tampered(archive, tmp_path, full, fingerprint="f" * 16)
     proc = _restore(other_code, work, "--measured-with", str(measured_with), "--dry-run")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "1 of 2 cells restored" in proc.stdout and f"dropped 1: not measured at {HEAD}" in proc.stdout
+    assert "1 of 2 cells restored whole" in proc.stdout and f"dropped 1: not measured at {HEAD}" in proc.stdout
     assert cell_files(work) == {}  # a dry run writes nothing
 
     write_config(work, {**CONFIG, "timing": {"warmup": 1, "reps": 3}})  # 2 timed calls made, 3 asked now
     proc = _restore(archive, work, "--measured-with", str(measured_with))
-    assert "0 of 2 cells restored" in proc.stdout and "dropped 2: settings differ (reps)" in proc.stdout
+    assert "0 of 2 cells restored whole" in proc.stdout and "dropped 2: settings differ (reps)" in proc.stdout
     write_config(work, {**CONFIG, "seed": 7})
     proc = _restore(archive, work, "--measured-with", str(measured_with))
-    assert "0 of 2 cells restored" in proc.stdout and "dropped 2: settings differ (seed)" in proc.stdout
+    assert "0 of 2 cells restored whole" in proc.stdout and "dropped 2: settings differ (seed)" in proc.stdout
     assert cell_files(work) == {}
+
+
+@pytest.mark.slow
+def test_a_row_without_a_memory_part_is_completed_by_the_run_on_its_restored_timing(archive, tmp_path):
+    """A row measured before the memory part existed: its gate and timing go to the store, and the
+    run measures only its memory (the republication of a table on its existing timings)."""
+    work = tmp_path / "run"
+    write_config(work, CONFIG)
+    full = "results/cells/kernels/sdpa/full/float32_fwd_64.json"
+    with tarfile.open(archive) as tar:
+        was = json.load(tar.extractfile(full))
+    old_row = {k: v for k, v in was.items() if k != "parts_reused"}
+    older = _tampered(archive, tmp_path, full)
+    with tarfile.open(older) as src, tarfile.open(tmp_path / "older.tgz", "w:gz") as dst:
+        for member in src.getmembers():
+            data = json.dumps(old_row if member.name == full else json.load(src.extractfile(member))).encode()
+            member.size = len(data)
+            dst.addfile(member, io.BytesIO(data))
+    proc = _restore(tmp_path / "older.tgz", work, "--measured-with", str(work / "config.yaml"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "1 of 2 cells restored whole" in proc.stdout and "gate 2, memory 1, time 2" in proc.stdout
+    assert planned_cells(work) == {full}
+    assert snakemake(work, "all").returncode == 0
+    row = json.loads((work / full).read_text())
+    assert row["status"] == "ok" and row["parts_reused"] == "gate,time"
+    assert row["median_ms"] == was["median_ms"] and row["gate_error"] == was["gate_error"]
 
 
 def test_a_missing_archive_is_named(tmp_path):

@@ -80,13 +80,19 @@ def test_new_seqlen_and_mask_run_only_new_cells(clone):
     assert planned_cells(clone) == set()
 
 
-def test_editing_one_adapter_reruns_only_its_cells(clone, tmp_path):
+def _checkout(tmp_path: Path) -> Path:
+    """A copy of this checkout's workflow and package, to edit."""
     checkout = tmp_path / "checkout"
     checkout.mkdir()
     for part in ("Snakefile", "workflow", "longca", "config", "profiles"):
         copy = shutil.copytree if (REPO / part).is_dir() else shutil.copy2
         copy(REPO / part, checkout / part, **({"ignore": shutil.ignore_patterns("__pycache__")}
                                               if (REPO / part).is_dir() else {}))
+    return checkout
+
+
+def test_editing_one_adapter_reruns_only_its_cells(clone, tmp_path):
+    checkout = _checkout(tmp_path)
     snakefile = checkout / "Snakefile"
     # The cache key is the code's content, not where the checkout lives.
     assert planned_cells(clone, snakefile=snakefile) == set()
@@ -97,6 +103,25 @@ def test_editing_one_adapter_reruns_only_its_cells(clone, tmp_path):
     with open(adapter, "a") as f:
         f.write("_EDITED = 1\n")
     assert planned_cells(clone, snakefile=snakefile) == {SLEEP}
+
+
+def test_fixing_the_gate_re_gates_every_cell_and_re_times_none(clone, tmp_path):
+    """Correctness, time and memory are cached on their own keys: a change to the gate's code
+    reruns every cell's job, and each job measures its gate and takes its timing from the store."""
+    checkout = _checkout(tmp_path)
+    before = {json.loads((clone / cell).read_text())["cell_id"]: json.loads((clone / cell).read_text())
+              for cell in (SDPA, SLEEP)}
+    with open(checkout / "longca" / "execution" / "measure" / "gate.py", "a") as f:
+        f.write("GATE_FIXED = True\n")
+    assert planned_cells(clone, snakefile=checkout / "Snakefile") == {SDPA, SLEEP}
+    proc = snakemake(clone, "all", snakefile=checkout / "Snakefile")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for cell in (SDPA, SLEEP):
+        row = json.loads((clone / cell).read_text())
+        was = before[row["cell_id"]]
+        assert row["status"] == "ok" and row["parts_reused"] == "time,memory"
+        assert (row["median_ms"], row["timed_at"]) == (was["median_ms"], was["timed_at"])
+        assert row["gate_error"] == was["gate_error"]  # the same gate, measured again
 
 
 def test_a_killed_run_completes_only_the_missing_cells(tmp_path):

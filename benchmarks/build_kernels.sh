@@ -11,7 +11,7 @@
 # git dirs holding the pinned commits).  No GPU is needed.  Scratch space (~12 GB: build venv with
 # torch + CUDA 13.0 wheels, sources, build trees) is $KERNEL_BUILD_DIR (default /work/build/kernels).
 #
-# Output: OUT_DIR/wheels/*.whl, OUT_DIR/part1..partN (each <= 56 MB: wheels, or pieces of a bigger
+# Output: OUT_DIR/wheels/*.whl, OUT_DIR/part1..partN (each <= PART_BYTES, 56 MB: wheels, or pieces of a bigger
 # wheel) and OUT_DIR/install_kernels.sh (copied into every part) + OUT_DIR/INSTALL.txt.
 # On the box, once per part in consecutive calls:  bash partK/install_kernels.sh partK [/tmp/site]
 #
@@ -34,6 +34,9 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 WORK=${KERNEL_BUILD_DIR:-/work/build/kernels}
 export MAX_JOBS=${MAX_JOBS:-2}
 NICE="nice -n 19"
+# Parts for carrying: at most 56 MB each by default.  A run() call carries at most 64 MiB including
+# the working tree, so with a bigger tree set PART_BYTES lower (e.g. PART_BYTES=38000000).
+PART_BYTES=${PART_BYTES:-56000000}
 
 # ---- pins ------------------------------------------------------------------------------------------
 TORCH_VERSION=2.11.0            # PyPI's manylinux_2_28 wheel is 2.11.0+cu130
@@ -231,8 +234,9 @@ for w in "$PART"/*.whl; do install_whl "$w"; done
 # A wheel over 56 MB comes as NAME.whl.partNN pieces (maybe in several parts) + NAME.whl.sha256.
 cp "$PART"/*.whl.part* "$PART"/*.whl.sha256 /tmp/kernel-pieces/ 2>/dev/null || true
 for s in /tmp/kernel-pieces/*.whl.sha256; do
-  w=${s%.sha256}
-  cat "$w".part* > "$w" 2>/dev/null || continue
+  w=${s%.sha256}; pieces=("$w".part*)
+  [ ${#pieces[@]} -gt 0 ] || continue
+  cat "${pieces[@]}" > "$w"
   if (cd /tmp/kernel-pieces && sha256sum -c --status "$(basename "$s")"); then
     install_whl "$w" && rm -f "$w" "$w".part* "$s"
   else
@@ -244,28 +248,61 @@ EOF
 }
 
 pack() {
-  local n=0 used=0 f sz
+  local n=0 used=0 f sz PIECE=$((PART_BYTES - 100000))   # room for the installer and a checksum
   rm -rf "$OUT"/part* "$OUT/pieces" && mkdir -p "$OUT/pieces"
   write_installer
   for f in "$OUT"/wheels/*.whl; do
-    if [ "$(stat -c %s "$f")" -gt 56000000 ]; then      # too big for one part: split it
+    if [ "$(stat -c %s "$f")" -gt "$PIECE" ]; then      # too big for one part: split it
       ( cd "$OUT/wheels" && sha256sum "$(basename "$f")" > "$OUT/pieces/$(basename "$f").sha256" )
-      split -b 50000000 -d "$f" "$OUT/pieces/$(basename "$f").part"
+      split -b "$PIECE" -d "$f" "$OUT/pieces/$(basename "$f").part"
     else
       ln -f "$f" "$OUT/pieces/"
     fi
   done
-  # Fill parts of at most 56 MB (installer and checksums included), biggest files first.
-  for f in $(ls -S "$OUT"/pieces/*.whl "$OUT"/pieces/*.whl.part* 2>/dev/null); do
+  # Fill parts of at most PART_BYTES (installer and checksums included): whole wheels first (biggest
+  # first; so part1 alone gives FA2 and FA3), then the pieces of split wheels, in order.
+  for f in $(ls -S "$OUT"/pieces/*.whl 2>/dev/null) $(ls "$OUT"/pieces/*.whl.part* 2>/dev/null); do
     sz=$(stat -c %s "$f")
-    if [ "$n" -eq 0 ] || [ $((used + sz)) -gt 55900000 ]; then
+    if [ "$n" -eq 0 ] || [ $((used + sz)) -gt "$PIECE" ]; then
       n=$((n + 1)); used=0; mkdir -p "$OUT/part$n"; cp "$OUT/install_kernels.sh" "$OUT/part$n/"
-      cp "$OUT"/pieces/*.sha256 "$OUT/part$n/" 2>/dev/null || true
     fi
     mv "$f" "$OUT/part$n/"; used=$((used + sz))
+    case $f in *.whl.part*) cp "${f%.part*}.sha256" "$OUT/part$n/" ;; esac
   done
   rm -rf "$OUT/pieces"
+  write_install_txt "$n"
   du -sh "$OUT"/part*
+}
+
+write_install_txt() {  # $1: number of parts
+  local k rel=${OUT_REL:-.gpu-bundles/kernels}
+  {
+    echo "Attention-kernel wheels for the lent GPU box (Python 3.12, torch 2.11.0+cu130, H100/H200, no network),"
+    echo "built by benchmarks/build_kernels.sh ($(date -u +%F)).  Wheels: wheels/ (here only); parts for carrying: part1..part$1."
+    echo
+    echo "On the box, one call per part, one right after another (a warm box keeps /tmp ~30 s between calls):"
+    for k in $(seq 1 "$1"); do
+      echo "  run(carry=[\"$rel/part$k\"], command=\"bash $rel/part$k/install_kernels.sh $rel/part$k /tmp/site\")"
+    done
+    echo "then, in the last call and every later call on that box:"
+    echo "  export PYTHONPATH=/tmp/site:\$PYTHONPATH"
+    echo "(with make_bundles.sh's FA4 bundle also in /tmp/site, add /tmp/site/nvidia_cutlass_dsl/dsl_packages as its README says)"
+    echo
+    echo "install_kernels.sh runs, for each wheel (a wheel split into NAME.whl.partNN pieces is first put back"
+    echo "together and checked against NAME.whl.sha256):"
+    echo "  python3 -m pip install --no-deps --no-index --no-compile --target TMP WHEEL && cp -r TMP/. /tmp/site/"
+    echo "Installing all wheels at once works too when the target has no flash_attn/ yet:"
+    echo "  python3 -m pip install --no-deps --no-index --target DIR wheels/*.whl   # then PYTHONPATH=DIR"
+    echo "but pip --target does not merge into an existing flash_attn/ (FA4's flash_attn/cute): merge by hand as above."
+    echo
+    echo "Import names:"
+    echo "  FA2: flash_attn (flash_attn_func, flash_attn_varlen_func), extension flash_attn_2_cuda"
+    echo "  FA3: flash_attn_interface (flash_attn_func, flash_attn_varlen_func), extension flash_attn_3._C (torch.ops.flash_attn_3)"
+    echo "  TE:  transformer_engine.pytorch (DotProductAttention), extension transformer_engine_torch, core transformer_engine/wheel_lib/libtransformer_engine.so"
+    echo
+    echo "Contents:"
+    for k in $(seq 1 "$1"); do echo "  part$k: $(cd "$OUT/part$k" && ls | grep -v '^install_kernels.sh$' | grep -v '\.sha256$' | tr '\n' ' ')"; done
+  } > "$OUT/INSTALL.txt"
 }
 
 toolchain

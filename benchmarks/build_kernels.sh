@@ -11,7 +11,7 @@
 # git dirs holding the pinned commits).  No GPU is needed.  Scratch space (~12 GB: build venv with
 # torch + CUDA 13.0 wheels, sources, build trees) is $KERNEL_BUILD_DIR (default /work/build/kernels).
 #
-# Output: OUT_DIR/wheels/*.whl, OUT_DIR/part1..partN (each <= PART_BYTES, 56 MB: wheels, or pieces of a bigger
+# Output: OUT_DIR/wheels/*.whl, OUT_DIR/part1..partN (each <= PART_BYTES, 40 MB: wheels, or pieces of a bigger
 # wheel) and OUT_DIR/install_kernels.sh (copied into every part) + OUT_DIR/INSTALL.txt.
 # On the box, once per part in consecutive calls:  bash partK/install_kernels.sh partK [/tmp/site]
 #
@@ -34,9 +34,10 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 WORK=${KERNEL_BUILD_DIR:-/work/build/kernels}
 export MAX_JOBS=${MAX_JOBS:-2}
 NICE="nice -n 19"
-# Parts for carrying: at most 56 MB each by default.  A run() call carries at most 64 MiB including
-# the working tree, so with a bigger tree set PART_BYTES lower (e.g. PART_BYTES=38000000).
-PART_BYTES=${PART_BYTES:-56000000}
+# Parts for carrying: 40 MB each by default (at most 56 MB allowed).  A run() call carries at most
+# 64 MiB *including the working tree* (24 MB on 2026-11-25), so 56 MB parts would not travel now;
+# set PART_BYTES=56000000 with a tree under ~10 MB, lower with a bigger one.
+PART_BYTES=${PART_BYTES:-40000000}
 
 # ---- pins ------------------------------------------------------------------------------------------
 TORCH_VERSION=2.11.0            # PyPI's manylinux_2_28 wheel is 2.11.0+cu130
@@ -46,6 +47,7 @@ CUDA_TOOLKIT=13.0.2             # metapackage pinning nvcc/crt/nvvm 13.0.88, cud
 CUDNN=9.19.0.56                 # = torch 2.11.0's pin, = the box's cuDNN 9.19
 NCCL=2.28.9 CUFILE=1.15.1.6 CUSPARSELT=0.8.0 NVSHMEM=3.4.5   # only so `import torch` works here
 FA2_VERSION=2.8.3
+FA2_ARCHS=${FA2_ARCHS:-"80;90"}  # sm_80 + sm_90 SASS, like the official wheels ("80" alone: half the time)
 TE_VERSION=2.20.2
 # `import transformer_engine.pytorch` needs pydantic (transformer_engine/common/recipe), which the box
 # lacks; onnx/onnxscript/onnx-ir/ml-dtypes/einops/numpy/protobuf/typing-extensions are there (KINDS.md),
@@ -163,7 +165,7 @@ build_fa2() {
   tar xzf "$d/flash_attn-$FA2_VERSION.tar.gz" -C "$d"
   patch_fa2 "$d/flash_attn-$FA2_VERSION"
   ( cd "$d/flash_attn-$FA2_VERSION" &&
-    FLASH_ATTENTION_FORCE_BUILD=TRUE FLASH_ATTN_CUDA_ARCHS=80 TORCH_CUDA_ARCH_LIST=8.0 NVCC_THREADS=1 \
+    FLASH_ATTENTION_FORCE_BUILD=TRUE FLASH_ATTN_CUDA_ARCHS="$FA2_ARCHS" NVCC_THREADS=1 \
       $NICE $PIP wheel -v --no-build-isolation --no-deps -w "$OUT/wheels" . > "$d/build.log" 2>&1 ) ||
     { tail -40 "$d/build.log"; exit 1; }
   log "fa2 built in $(( (SECONDS - t0) / 60 )) min"

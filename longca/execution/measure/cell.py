@@ -30,7 +30,7 @@ from ...kernels.base import Kernel, Unsupported
 from .. import fingerprint
 from ..store import Store
 from . import env, parts
-from .gate import measure_gate
+from .gate import gate_problem, measure_gate
 from .memory import measure_memory
 from .timed import time_kernel
 
@@ -92,6 +92,18 @@ def _time(kernel: Kernel, problem, spec: "CellSpec") -> dict[str, Any]:
             "timed_on": socket.gethostname(), "timed_load_1m": load}
 
 
+def _gate_reason(kernel: Kernel, problem, target: int) -> str | None:
+    """Why the kernel cannot run the gate's problem, if it cannot.  The gate checks the pattern's
+    structure; a mask that degenerates at the cell's length (one document: plain causal) can be
+    within a kernel that cannot run the structure, and a kernel the gate cannot check is not timed."""
+    checked = gate_problem(problem, target)
+    reason = kernel.supports(checked)
+    if reason:
+        return (f"the correctness gate checks this pattern's structure ({checked.mask_name} at {checked.seqlen} "
+                f"tokens: {json.dumps(dict(checked.mask_params), default=str)}), which this kernel cannot run: {reason}")
+    return None
+
+
 class _Parts:
     """Each part of one cell from the store, or measured now (and then kept in the store)."""
 
@@ -133,7 +145,7 @@ def run_cell(spec: CellSpec, store: Store | None = None) -> dict[str, Any]:
         row.update(area=mask.area(), density=mask.density(),
                    flops=attention_flops(mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch),
                    mask_params_resolved=json.dumps(dict(mask.params), sort_keys=True, default=str))
-        reason = kernel.supports(problem)
+        reason = kernel.supports(problem) or _gate_reason(kernel, problem, spec.gate_seqlen)
         if reason:
             failure = ("unsupported", reason)
         else:

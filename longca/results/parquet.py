@@ -182,9 +182,20 @@ def to_table(rows: list[dict[str, Any]], schema: pa.Schema = KERNEL_SCHEMA) -> p
 
 
 def _table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    if schema is KERNEL_SCHEMA:
+        rows = [_without_harness_peak(row) for row in rows]
     columns = {name: [row.get(name) for row in rows] for name in schema.names}
     columns["schema_version"] = [_VERSIONS.get(id(schema), SCHEMA_VERSION)] * len(rows)
     return pa.Table.from_pydict(columns, schema=schema)
+
+
+def _without_harness_peak(row: dict[str, Any]) -> dict[str, Any]:
+    """A kernel row written before a cell had parts (no ``parts_reused`` key) holds the timing
+    harness's peak in ``peak_mem_bytes``, which is not what the column means since schema 2 (what
+    one call needs): the table leaves it out rather than mix the two.  The row's file keeps it."""
+    if "parts_reused" in row or row.get("peak_mem_bytes") is None:
+        return row
+    return {**row, "peak_mem_bytes": None}
 
 
 def aggregate(cell_paths: Iterable[str | os.PathLike], out: str | os.PathLike,

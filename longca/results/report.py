@@ -507,6 +507,7 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
         "shapes": tables.problem_shapes(kernels),
         "timing": _timing_phrase(kernels),
         "gate_seqlens": tables.gate_seqlens(kernels),
+        "provenance": tables.provenance_notes(kernels, ceilings),
         "ceilings": ceilings, "ceiling_rows": ceiling_rows,
         "environment": environment,
         "config_text": _config_text(config),

@@ -485,3 +485,50 @@ def distinct_counts(df: pd.DataFrame, columns: list[tuple[str, str, Callable[[An
     if view.columns.empty:
         return pd.DataFrame()
     return view.groupby(list(view.columns), dropna=False, sort=True).size().reset_index(name=count_label)
+
+
+def _distinct(df: pd.DataFrame, column: str) -> list:
+    return sorted({v for v in df[column].dropna()}) if column in df else []
+
+
+def provenance_notes(kernels: pd.DataFrame, ceilings: dict | None = None) -> list[str]:
+    """Where the ok rows of a table come from different runs or conditions, one sentence each:
+    the report shows them above its answers, so a reader compares only what is comparable."""
+    ok = kernels[kernels["status"] == "ok"] if len(kernels) else kernels
+    if not len(ok):
+        return []
+    notes = []
+    devices = _distinct(ok, "device_name")
+    if len(devices) > 1:
+        notes.append(f"Rows were measured on {len(devices)} devices ({', '.join(devices)}): compare kernels "
+                     "only within one device.")
+    hosts = _distinct(ok, "timed_on") or _distinct(ok, "hostname")
+    if len(hosts) > 1:
+        notes.append(f"Timings come from {len(hosts)} machines or runs ({', '.join(map(str, hosts[:4]))}"
+                     f"{', …' if len(hosts) > 4 else ''}); re-timing a stage on another machine moved cells by up "
+                     "to a few percent (docs/results/README.md), which is why close calls are ties.")
+    if "kernel_library" in ok:
+        for kernel, group in ok.groupby("kernel"):
+            versions = _distinct(group, "kernel_library")
+            if len(versions) > 1:
+                notes.append(f"{kernel}'s rows were measured with different library versions: {'; '.join(versions)}.")
+    on_gpu = ok[ok["device"] == "cuda"] if "device" in ok else ok.iloc[0:0]
+    if len(on_gpu) and "peak_mem_bytes" in on_gpu:
+        measured = int(on_gpu["peak_mem_bytes"].notna().sum())
+        if measured < len(on_gpu):
+            notes.append(f"Peak memory (what one call needs) was measured for {measured} of {len(on_gpu)} ok rows; "
+                         "the others were timed before the memory probe existed and show none.")
+    if "gate_area" in ok:
+        structured = int(ok["gate_area"].notna().sum())
+        if structured < len(ok):
+            notes.append(f"{len(ok) - structured} of {len(ok)} ok rows passed the earlier correctness gate, which "
+                         "rebuilt the mask at the gate's length with default parameters (several patterns were then "
+                         f"plain full or causal); the other {structured} passed the gate that keeps each mask's "
+                         "structure (gate_area).")
+    for entry in (ceilings or {}).get("matmul", []):
+        above = ok[(ok["dtype"] == entry.get("dtype")) & (ok["tflops"] > entry.get("tflops", float("inf")))]
+        if len(above):
+            notes.append(f"{len(above)} {entry.get('dtype')} rows exceed the matmul ceiling measured for this report "
+                         f"({entry.get('tflops'):.3g} TFLOPs/s): the ceiling and those rows ran under different "
+                         "conditions (load, clocks), so neither bounds the other here.")
+    return notes

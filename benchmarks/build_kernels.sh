@@ -1,42 +1,46 @@
 #!/usr/bin/env bash
-# Builds the optional Hopper attention kernels for the lent GPU box, where no wheel exists for its
-# torch 2.11.0+cu130 / Python 3.12 (and the box has no network), and packs them for carrying.
+# Builds the optional Hopper attention kernels for a GPU machine with torch 2.11.0+cu130 and Python 3.12
+# but no compiler or network, where no wheel exists for that torch, and packs them for copying over.
 # On a normal machine you would not need this: `pip install flash-attn` (FA2), build FA3 from
 # flash-attention's hopper/ directory, `pip install transformer_engine[pytorch]`.
 #
 #   bash benchmarks/build_kernels.sh OUT_DIR [fa2] [te] [fa3]      (default: all three)
+#   bash benchmarks/build_kernels.sh OUT_DIR pack                  (only re-pack OUT_DIR/wheels)
 #
 # Needs: Linux x86_64, a Python 3.12 (python3.12 on PATH, pyenv, or PY312=/path/to/python3.12), gcc,
 # git, xz, network to PyPI (and github.com for fa3, unless FA3_GIT_DIR/CUTLASS_GIT_DIR name local
 # git dirs holding the pinned commits).  No GPU is needed.  Scratch space (~12 GB: build venv with
-# torch + CUDA 13.0 wheels, sources, build trees) is $KERNEL_BUILD_DIR (default /work/build/kernels).
+# torch + CUDA 13.0 wheels, sources, build trees) is $KERNEL_BUILD_DIR (default $OUT_DIR/build).
 #
 # Output: OUT_DIR/wheels/*.whl, OUT_DIR/part1..partN (each <= PART_BYTES, 40 MB: wheels, or pieces of a bigger
 # wheel) and OUT_DIR/install_kernels.sh (copied into every part) + OUT_DIR/INSTALL.txt.
-# On the box, once per part in consecutive calls:  bash partK/install_kernels.sh partK [/tmp/site]
+# On the GPU machine, once per part:  bash partK/install_kernels.sh partK [/tmp/site]
 #
 # What is built (all restricted to what LongCA benchmarks: head dim 128, bf16, forward + backward,
 # causal / sliding window / varlen; anything else raises at call time):
-#   fa2  flash-attn 2.8.3 (PyPI sdist), module flash_attn + extension flash_attn_2_cuda; sm_80 SASS
-#        (runs on sm_90); hdim 128 + bf16 only (static_switch.h), dropout/ALiBi/softcap/uneven-K
-#        compiled out; flash_attn/cute dropped (FlashAttention-4 owns it).   ~8 min here (2 cores)
+#   fa2  flash-attn 2.8.3 (PyPI sdist), module flash_attn + extension flash_attn_2_cuda; sm_80 + sm_90
+#        SASS; hdim 128 + bf16 only (static_switch.h), dropout/ALiBi/softcap/uneven-K compiled out;
+#        flash_attn/cute (and hopper/) dropped: FlashAttention-4 owns flash_attn/cute.   8 min here
+#        (FA2_ARCHS="80": 10 min with the TE build running beside it)
 #   te   transformer_engine_torch 2.20.2 (PyPI sdist; a C++-only torch extension) built against the
 #        prebuilt core wheel transformer_engine_cu13 2.20.2 (carried as is, 276 MB) and the
-#        transformer_engine 2.20.2 metapackage; NCCL EP off.                   ~TE_MIN min here
+#        transformer_engine 2.20.2 metapackage, + pydantic (the GPU machine lacked it); NCCL EP off.
+#        18 min here (33 C++ files; the FA3 build ran beside it)
 #   fa3  FlashAttention-3 (flash-attention hopper/ at FA3_COMMIT, CUTLASS at the submodule commit),
 #        modules flash_attn_interface + flash_attn_3._C; sm_90a; bf16, hdim 128, no fp16/fp8/split/
-#        paged/appendkv/softcap/packgqa/cluster/sm80; local, varlen, backward kept.  ~FA3_MIN min here
-# Times: this container, 2 cores, nice 19, MAX_JOBS=2 (another job running).
+#        paged/appendkv/softcap/packgqa/cluster/sm80; local, varlen, backward kept.   8 min here
+#        (4 files; beside the TE build)
+# Times: this container (2 cores, 24 GB; nice 19, MAX_JOBS=2), 2026-11-25, sources and toolchain
+# already downloaded; the first run also downloads ~4 GB (torch 2.11.0 + CUDA 13.0 wheels).
 set -euo pipefail
 OUT=${1:?usage: build_kernels.sh OUT_DIR [fa2] [te] [fa3] [pack]}; shift || true
 LIBS=${*:-fa2 te fa3}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
-WORK=${KERNEL_BUILD_DIR:-/work/build/kernels}
+WORK=${KERNEL_BUILD_DIR:-$OUT/build}
 export MAX_JOBS=${MAX_JOBS:-2}
 NICE="nice -n 19"
-# Parts for carrying: 40 MB each by default (at most 56 MB allowed).  A run() call carries at most
-# 64 MiB *including the working tree* (24 MB on 2026-11-25), so 56 MB parts would not travel now;
-# set PART_BYTES=56000000 with a tree under ~10 MB, lower with a bigger one.
+# Parts for copying: 40 MB each by default; PART_BYTES sets another size (the GPU machine took at most
+# 64 MiB at a time, the repository's own files included).
 PART_BYTES=${PART_BYTES:-40000000}
 
 # ---- pins ------------------------------------------------------------------------------------------
@@ -44,13 +48,13 @@ TORCH_VERSION=2.11.0            # PyPI's manylinux_2_28 wheel is 2.11.0+cu130
 CUDA_TOOLKIT=13.0.2             # metapackage pinning nvcc/crt/nvvm 13.0.88, cudart 13.0.96, cccl 13.0.85,
                                 # cublas 13.1.0.3, cusparse 12.6.3.3, cusolver 12.0.4.66, curand 10.4.0.35,
                                 # nvtx 13.0.85 ... (the set torch 2.11.0 itself requires)
-CUDNN=9.19.0.56                 # = torch 2.11.0's pin, = the box's cuDNN 9.19
+CUDNN=9.19.0.56                 # = torch 2.11.0's pin, = the GPU machine's cuDNN 9.19
 NCCL=2.28.9 CUFILE=1.15.1.6 CUSPARSELT=0.8.0 NVSHMEM=3.4.5   # only so `import torch` works here
 FA2_VERSION=2.8.3
 FA2_ARCHS=${FA2_ARCHS:-"80;90"}  # sm_80 + sm_90 SASS, like the official wheels ("80" alone: half the time)
 TE_VERSION=2.20.2
-# `import transformer_engine.pytorch` needs pydantic (transformer_engine/common/recipe), which the box
-# lacks; onnx/onnxscript/onnx-ir/ml-dtypes/einops/numpy/protobuf/typing-extensions are there (KINDS.md),
+# `import transformer_engine.pytorch` needs pydantic (transformer_engine/common/recipe), which the GPU
+# machine lacked; onnx/onnxscript/onnx-ir/ml-dtypes/einops/numpy/protobuf/typing-extensions were there,
 # nvdlfw-inspect is imported only by TE's debug features, nvidia-cudnn-frontend comes with
 # make_bundles.sh's cudnn_fe set.  pydantic 2.11 needs only typing-extensions>=4.12.2.
 TE_PY_DEPS="pydantic==2.11.10 pydantic-core==2.33.2 annotated-types==0.7.0 typing-inspection==0.4.1"
@@ -134,7 +138,7 @@ t = t.replace('"cxx": compiler_c17_flag,', f'"cxx": compiler_c17_flag + {flags},
 t = t.replace('"nvcc": append_nvcc_threads(nvcc_flags + cc_flag),',
               f'"nvcc": append_nvcc_threads(nvcc_flags + cc_flag + {flags}),', 1)
 assert t.count('"-DFLASHATTENTION_DISABLE_DROPOUT", ') == 2
-# do not ship flash_attn/cute (FlashAttention-4's wheel owns it on the box) nor the sdist's hopper/ (FA3 sources)
+# do not ship flash_attn/cute (FlashAttention-4's wheel owns it there) nor the sdist's hopper/ (FA3 sources)
 t = t.replace('"flash_attn.egg-info",', '"flash_attn.egg-info", "flash_attn.cute", "flash_attn.cute.*", "hopper", "hopper.*",', 1)
 sp.write_text(t)
 shutil.rmtree(root / "flash_attn/cute", ignore_errors=True)
@@ -214,12 +218,12 @@ build_fa3() {
   log "fa3 built in $(( (SECONDS - t0) / 60 )) min"
 }
 
-# ---- packing for the box ---------------------------------------------------------------------------
+# ---- packing for the GPU machine ---------------------------------------------------------------------------
 write_installer() {
   cat > "$OUT/install_kernels.sh" <<'EOF'
 #!/usr/bin/env bash
-# On the GPU box: install one carried part of the kernel wheels into TARGET (default /tmp/site).
-# Once per part, in consecutive calls while the box stays warm (/tmp survives ~30 s between calls).
+# On the GPU machine: install one part of the kernel wheels into TARGET (default /tmp/site).
+# Once per part, into the same TARGET.
 #   bash install_kernels.sh PARTDIR [TARGET];  then: export PYTHONPATH=TARGET:$PYTHONPATH
 # Wheels are installed one by one into a temporary folder and merged into TARGET, so flash-attn 2's
 # flash_attn/ and FlashAttention-4's flash_attn/cute/ (make_bundles.sh's fa4 set) share one folder.
@@ -233,7 +237,7 @@ install_whl() {
   cp -r "$tmp"/. "$T"/ && rm -rf "$tmp"; echo "installed $(basename "$1")"
 }
 for w in "$PART"/*.whl; do install_whl "$w"; done
-# A wheel over 56 MB comes as NAME.whl.partNN pieces (maybe in several parts) + NAME.whl.sha256.
+# A wheel too big for one part comes as NAME.whl.partNN pieces (in several parts) + NAME.whl.sha256.
 cp "$PART"/*.whl.part* "$PART"/*.whl.sha256 /tmp/kernel-pieces/ 2>/dev/null || true
 for s in /tmp/kernel-pieces/*.whl.sha256; do
   w=${s%.sha256}; pieces=("$w".part*)
@@ -251,6 +255,7 @@ EOF
 
 pack() {
   local n=0 used=0 f sz PIECE=$((PART_BYTES - 100000))   # room for the installer and a checksum
+  ls "$OUT"/wheels/*.whl >/dev/null 2>&1 || { echo "no wheels in $OUT/wheels" >&2; return 1; }
   rm -rf "$OUT"/part* "$OUT/pieces" && mkdir -p "$OUT/pieces"
   write_installer
   for f in "$OUT"/wheels/*.whl; do
@@ -279,16 +284,17 @@ pack() {
 write_install_txt() {  # $1: number of parts
   local k rel=${OUT_REL:-.gpu-bundles/kernels}
   {
-    echo "Attention-kernel wheels for the lent GPU box (Python 3.12, torch 2.11.0+cu130, H100/H200, no network),"
-    echo "built by benchmarks/build_kernels.sh ($(date -u +%F)).  Wheels: wheels/ (here only); parts for carrying: part1..part$1."
+    echo "Attention-kernel wheels for a GPU machine (Python 3.12, torch 2.11.0+cu130, H100/H200, no network),"
+    echo "built by benchmarks/build_kernels.sh ($(date -u +%F)).  Wheels: wheels/ (here only); parts for copying: part1..part$1."
     echo
-    echo "On the box, one call per part, one right after another (a warm box keeps /tmp ~30 s between calls):"
+    echo "On the GPU machine, one part after another, into the same folder:"
     for k in $(seq 1 "$1"); do
-      echo "  run(carry=[\"$rel/part$k\"], command=\"bash $rel/part$k/install_kernels.sh $rel/part$k /tmp/site\")"
+      echo "  bash $rel/part$k/install_kernels.sh $rel/part$k /tmp/site"
     done
-    echo "then, in the last call and every later call on that box:"
+    echo "part1 alone gives FA2 and FA3 (and TE's small wheels); TE needs all parts (its core wheel is split)."
+    echo "then, in every shell that runs LongCA there:"
     echo "  export PYTHONPATH=/tmp/site:\$PYTHONPATH"
-    echo "(with make_bundles.sh's FA4 bundle also in /tmp/site, add /tmp/site/nvidia_cutlass_dsl/dsl_packages as its README says)"
+    echo "(with FlashAttention-4 from cutlass-dsl wheels in /tmp/site too, add /tmp/site/nvidia_cutlass_dsl/dsl_packages)"
     echo
     echo "install_kernels.sh runs, for each wheel (a wheel split into NAME.whl.partNN pieces is first put back"
     echo "together and checked against NAME.whl.sha256):"
@@ -302,6 +308,11 @@ write_install_txt() {  # $1: number of parts
     echo "  FA3: flash_attn_interface (flash_attn_func, flash_attn_varlen_func), extension flash_attn_3._C (torch.ops.flash_attn_3)"
     echo "  TE:  transformer_engine.pytorch (DotProductAttention), extension transformer_engine_torch, core transformer_engine/wheel_lib/libtransformer_engine.so"
     echo
+    if [ -f "$OUT/check/check_kernels.py" ]; then
+      echo "Smoke test (FA2/FA3/TE vs a float32 reference, fwd+bwd): carry $rel/check too and run"
+      echo "  PYTHONPATH=/tmp/site:\$PYTHONPATH python3 $rel/check/check_kernels.py [fa2] [fa3] [te]"
+      echo
+    fi
     echo "Contents:"
     for k in $(seq 1 "$1"); do echo "  part$k: $(cd "$OUT/part$k" && ls | grep -v '^install_kernels.sh$' | grep -v '\.sha256$' | tr '\n' ' ')"; done
   } > "$OUT/INSTALL.txt"

@@ -55,8 +55,8 @@ FA2_ARCHS=${FA2_ARCHS:-"80;90"}  # sm_80 + sm_90 SASS, like the official wheels 
 TE_VERSION=2.20.2
 # `import transformer_engine.pytorch` needs pydantic (transformer_engine/common/recipe), which the GPU
 # machine lacked; onnx/onnxscript/onnx-ir/ml-dtypes/einops/numpy/protobuf/typing-extensions were there,
-# nvdlfw-inspect is imported only by TE's debug features, nvidia-cudnn-frontend comes with
-# make_bundles.sh's cudnn_fe set.  pydantic 2.11 needs only typing-extensions>=4.12.2.
+# nvdlfw-inspect is imported only by TE's debug features, nvidia-cudnn-frontend is LongCA's cudnn_fe
+# extra (pyproject.toml).  pydantic 2.11 needs only typing-extensions>=4.12.2.
 TE_PY_DEPS="pydantic==2.11.10 pydantic-core==2.33.2 annotated-types==0.7.0 typing-inspection==0.4.1"
 FA3_COMMIT=0251105a2fb19d2957484b7f023cd8c115286ced       # flash-attention main, 2026-08-15 (FA3 3.0.0)
 CUTLASS_COMMIT=7127592069c2fe01b041e174ba4345ef9b279671   # its csrc/cutlass submodule (v4.3.0-48)
@@ -226,7 +226,7 @@ write_installer() {
 # Once per part, into the same TARGET.
 #   bash install_kernels.sh PARTDIR [TARGET];  then: export PYTHONPATH=TARGET:$PYTHONPATH
 # Wheels are installed one by one into a temporary folder and merged into TARGET, so flash-attn 2's
-# flash_attn/ and FlashAttention-4's flash_attn/cute/ (make_bundles.sh's fa4 set) share one folder.
+# flash_attn/ and FlashAttention-4's flash_attn/cute/ share one folder.
 set -euo pipefail
 PART=${1:?usage: install_kernels.sh PARTDIR [TARGET]}; T=${2:-/tmp/site}
 mkdir -p "$T" /tmp/kernel-pieces

@@ -290,12 +290,23 @@ def test_an_empty_kernel_table_still_renders(tmp_path):
     assert "No kernel cells in this run." in text and "0 kernel cells" in text
 
 
-def test_the_memory_caption_says_what_a_graph_replays_peak_leaves_out():
+def test_the_memory_caption_says_the_figure_is_one_calls_need_however_the_call_was_timed():
     df = rd.kernels_df()
     _, eager = report.kernel_captions(df, "causal", rd.CEILINGS)
-    assert "replays" not in eager
     df.loc[df["mask"] == "causal", "timed_via"] = "graph"
     _, graphed = report.kernel_captions(df, "causal", rd.CEILINGS)
-    assert graphed.startswith(eager)
-    assert "what was allocated when the replays began" in graphed and "an eager call peaks higher" in graphed
-    assert "replays" not in report.kernel_captions(df, "sliding", rd.CEILINGS)[1]
+    assert eager == graphed and "one eager call" in eager and "after one unmeasured call" in eager
+
+
+def test_provenance_notes_name_what_differs_between_rows():
+    df = rd.kernels_df()
+    assert tables.provenance_notes(df) == [] or all(isinstance(n, str) for n in tables.provenance_notes(df))
+    mixed = df.copy()
+    ok = mixed["status"] == "ok"
+    mixed.loc[ok, "device_name"] = ["GPU A" if i % 2 else "GPU B" for i in range(int(ok.sum()))]
+    mixed["kernel_library"] = None
+    mixed.loc[ok, "kernel_library"] = ["torch 1" if i % 2 else "torch 2" for i in range(int(ok.sum()))]
+    notes = " ".join(tables.provenance_notes(mixed))
+    assert "2 devices (GPU A, GPU B)" in notes and "different library versions: torch 1; torch 2" in notes
+    ceiling = {"matmul": [{"dtype": d, "tflops": 1e-9} for d in set(df["dtype"])]}
+    assert "exceed the matmul ceiling" in " ".join(tables.provenance_notes(df, ceiling))

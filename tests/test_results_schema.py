@@ -85,3 +85,18 @@ def test_rows_are_written_with_the_umasks_mode(tmp_path, umask, mode):
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "cell.json").stat().st_mode) == mode
     assert [p.name for p in tmp_path.iterdir()] == ["cell.json"]  # no temporary file left
+
+
+def test_a_kernel_row_without_a_memory_part_has_no_peak_in_the_table(tmp_path):
+    """Rows written before cells had parts held the timing harness's peak: the table leaves it out
+    (the column means one call's need since schema 2); the row's file keeps it."""
+    old = {"kind": "kernel", "cell_id": "a/full/float32_fwd_64", "status": "ok", "peak_mem_bytes": 123}
+    new = {"kind": "kernel", "cell_id": "b/full/float32_fwd_64", "status": "ok", "peak_mem_bytes": 456,
+           "parts_reused": None}
+    paths = []
+    for i, row in enumerate((old, new)):
+        paths.append(tmp_path / f"{i}.json")
+        results.write_json_atomic(row, paths[-1])
+    back = pq.read_table(results.aggregate(paths, tmp_path / "k.parquet") and tmp_path / "k.parquet").to_pylist()
+    assert [r["peak_mem_bytes"] for r in back] == [None, 456]
+    assert '"peak_mem_bytes": 123' in paths[0].read_text()

@@ -310,23 +310,11 @@ def kernel_captions(df: pd.DataFrame, mask: str, ceilings: dict | None) -> tuple
         "(a row per kernel): X unsupported, E out of memory, W failed the correctness gate, ! error or crash, "
         "T timed out; a line is broken where a length between two numbers has none. "
         + _ceiling_phrase(ceilings, set(sub["dtype"])))
-    memory = (f"Mask {mask}: peak allocated device memory during the timed calls, by sequence length, one line "
-              "per kernel (log scale); markers as in the throughput figure." + _graph_memory_phrase(sub))
+    memory = (f"Mask {mask}: what one call needs, by sequence length, one line per kernel (log scale): the most "
+              "memory PyTorch's allocator held during one eager call above what it held before (inputs, outputs, "
+              "saved statistics, temporaries; a backward cell counts its forward too), after one unmeasured call; "
+              "markers as in the throughput figure. Rows measured before this probe existed have no figure.")
     return throughput, memory
-
-
-def _graph_memory_phrase(df: pd.DataFrame) -> str:
-    # A CUDA-graph replay allocates nothing: the call's transient buffers were allocated and freed
-    # while it was captured.  So for such rows the figure is what was allocated when the replays
-    # began: a reader comparing kernels' memory must know that it leaves the workspace out and
-    # counts what earlier cells of the process left allocated (docs/results/README.md, "Peak memory").
-    if "timed_via" not in df or not (df["timed_via"] == "graph").any():
-        return ""
-    return (" For cells timed as CUDA-graph replays (timed via graph) the figure is what was allocated when "
-            "the replays began: the cell's inputs, outputs and gradients, a dense mask, and whatever the process "
-            "still held from cells it ran before (a kernel library's caches, say). It leaves out the buffers the "
-            "call allocates and frees inside (workspace, temporaries), so an eager call peaks higher; "
-            "benchmarks/peak_memory.py measures both ways.")
 
 
 # --- environment -----------------------------------------------------------------------------

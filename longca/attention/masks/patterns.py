@@ -291,7 +291,7 @@ EXTRA_PATTERNS: dict[str, Builder] = {CUSTOM: custom, BLOCK_SPARSE: block_sparse
 
 
 def gate_seqlen(name: str, seqlen: int, target: int, params: Mapping[str, Any]) -> int:
-    """The length of the reduced problem the correctness gate checks: ``target`` capped at
+    """The length at which the correctness gate checks a cell: ``target`` capped at
     ``seqlen``, rounded down to a multiple of a custom mask's base length or a block-sparse
     mask's block."""
     n = min(int(target), int(seqlen))

@@ -55,7 +55,8 @@ def kernel_rows(*, device: str = "cuda", hostile: bool = False, dtypes=("bfloat1
                                        tflops_p80=tflops * 1.03, median_ms=median, p20_ms=median / 0.95,
                                        p80_ms=median / 1.03, gate_error=1e-3, gate_tolerance=2e-2,
                                        peak_mem_bytes=(seqlen * 2 ** 20 * (2 if kernel == "slow_kernel" else 1)
-                                                       if device == "cuda" else None))
+                                                       if device == "cuda" else None),
+                                       gate_area=64 * 65 // 2, parts_reused=None)
                         rows.append(row)
     return rows
 

@@ -310,3 +310,16 @@ def test_provenance_notes_name_what_differs_between_rows():
     assert "2 devices (GPU A, GPU B)" in notes and "different library versions: torch 1; torch 2" in notes
     ceiling = {"matmul": [{"dtype": d, "tflops": 1e-9} for d in set(df["dtype"])]}
     assert "exceed the matmul ceiling" in " ".join(tables.provenance_notes(df, ceiling))
+
+
+def test_the_fits_table_says_the_longest_ok_length_its_need_and_the_first_oom():
+    df = rd.kernels_df(device="cuda")
+    causal = (df["mask"] == "causal") & (df["kernel"] == "fast_kernel") & (df["direction"] == "fwd")
+    longest = df.loc[causal & (df["status"] == "ok"), "seqlen"].max()
+    df.loc[causal & (df["seqlen"] == longest), ["status", "peak_mem_bytes"]] = ["oom", None]
+    entry = next(e for e in tables.longest_fits(df) if (e["kernel"], e["mask"], e["direction"]) ==
+                 ("fast_kernel", "causal", "fwd"))
+    below = df.loc[causal & (df["status"] == "ok"), "seqlen"].max()
+    assert entry["longest_ok"] == below and entry["first_oom"] == longest
+    assert entry["peak_mem_bytes"] == below * 2 ** 20
+    assert tables.longest_fits(rd.kernels_df(device="cpu")) == []  # a CPU run: no GPU memory to plan with

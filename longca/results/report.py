@@ -496,6 +496,11 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
         "timing": _timing_phrase(kernels),
         "gate_seqlens": tables.gate_seqlens(kernels),
         "provenance": tables.provenance_notes(kernels, ceilings),
+        "fits": [{**e, "longest_ok": seqlen_label(e["longest_ok"]) if e["longest_ok"] else "none",
+                  "need": fmt_mib(e["peak_mem_bytes"]) if e["peak_mem_bytes"] is not None else "not measured",
+                  "first_oom": seqlen_label(e["first_oom"]) if e["first_oom"] else
+                  f"none up to {seqlen_label(e['largest_measured'])}"}
+                 for e in tables.longest_fits(kernels, masks)],
         "ceilings": ceilings, "ceiling_rows": ceiling_rows,
         "environment": environment,
         "config_text": _config_text(config),

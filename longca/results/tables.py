@@ -532,3 +532,25 @@ def provenance_notes(kernels: pd.DataFrame, ceilings: dict | None = None) -> lis
                          f"({entry.get('tflops'):.3g} TFLOPs/s): the ceiling and those rows ran under different "
                          "conditions (load, clocks), so neither bounds the other here.")
     return notes
+
+
+def longest_fits(kernels: pd.DataFrame, masks: list[str] | None = None) -> list[dict]:
+    """Per kernel × mask × direction (× dtype) on a GPU: the longest length measured ok, what one call
+    needed there (``peak_mem_bytes``, where the memory part measured it), and the shortest length
+    that ran out of memory, if any: "does my length fit on this GPU with this kernel?", as measured."""
+    gpu = kernels[kernels["device"] == "cuda"] if len(kernels) and "device" in kernels else kernels.iloc[0:0]
+    out = []
+    for (kernel, mask, direction, dtype), group in gpu.groupby(["kernel", "mask", "direction", "dtype"]):
+        ok = group[group["status"] == "ok"]
+        oom = group[group["status"] == "oom"]
+        if not len(ok) and not len(oom):
+            continue
+        longest = ok.loc[ok["seqlen"].idxmax()] if len(ok) else None
+        out.append({"kernel": kernel, "mask": mask, "direction": direction, "dtype": dtype,
+                    "longest_ok": int(longest["seqlen"]) if longest is not None else None,
+                    "peak_mem_bytes": (longest["peak_mem_bytes"] if longest is not None
+                                       and pd.notna(longest["peak_mem_bytes"]) else None),
+                    "first_oom": int(oom["seqlen"].min()) if len(oom) else None,
+                    "largest_measured": int(pd.concat([ok, oom])["seqlen"].max())})
+    order = {m: i for i, m in enumerate(mask_order(gpu, masks))} if len(gpu) else {}
+    return sorted(out, key=lambda e: (order.get(e["mask"], 1e9), e["direction"] != "fwd", e["kernel"], e["dtype"]))

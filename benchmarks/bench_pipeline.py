@@ -73,6 +73,7 @@ WORKFLOW_CONFIG = REPO / "config" / "config.yaml"
 sys.path.insert(0, str(REPO))
 
 from longca import config as longca_config  # noqa: E402
+from longca.execution import store  # noqa: E402
 
 BARE_WARMUP_MS, BARE_REP_MS = 25, 100  # triton.testing.do_bench's defaults
 FIDELITY = 0.03
@@ -146,6 +147,9 @@ def run_workflow(args, overrides_path: Path, cells, timeout_s: float,
     env = dict(os.environ, LONGCA_WORKER_IDLE_S="900", **compile_caches(args.work, "workflow"))  # lanes
     # live through the bare chunks (one run); compile caches of their own (see compile_caches)
     env.update(lane_env or {})
+    # Each pass measures anew: a store of its own (the run's store would hand back the first
+    # pass's timings, longca.execution.store); every pass's parts are kept under work/stores/.
+    env[store.STORE_ENV] = str((args.work / "stores" / f"pass_{time.time_ns()}").resolve())
     started = time.perf_counter()
     with open(args.work / "snakemake.log", "a") as log:
         log.write(f"\n=== {' '.join(cmd[:6])} ... ({len(cells)} targets)\n")

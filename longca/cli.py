@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .execution import kept_rows, progress  # light (no torch): run-cell's worker client must start fast
+from .execution import kept_rows, progress, store  # light (no torch): run-cell's worker client must start fast
 
 
 # CellSpec's fields, for building settings from flags without importing torch (the worker client
@@ -54,11 +54,11 @@ def _run_cell(args: argparse.Namespace) -> int:
 
         preload()  # once, here, rather than in the child and again for the fingerprint
         row = measure(settings, cell_id=cell_id, threads=args.threads,
-                      limits=Limits(timeout_s=timeout, memory_mb=args.memory_mb or None, gpus=args.gpus))
+                      limits=Limits(timeout_s=timeout, memory_mb=args.memory_mb or None, gpus=args.gpus),
+                      store_root=store.root_from_env())
     else:  # in this process: for a debugger; a crash here is a crash
         import torch
 
-        from .execution import store
         from .execution.measure.cell import CellSpec, run_cell
         from .execution.runner import _fingerprint
 

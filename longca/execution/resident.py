@@ -43,7 +43,7 @@ import sys
 import time
 from typing import Any
 
-from . import gpu_slots
+from . import gpu_slots, store
 from .runner import stamp
 from .wire import recv_msg, send_msg
 from .worker import DEFAULT_IDLE_S, WorkerError, start_server, worker_key
@@ -72,7 +72,7 @@ def request(settings: dict[str, Any], *, cell_id: str, threads: int, timeout_s: 
         sock = start_server(lane_name(slot.device), ["lane", "--device", slot.device])
         with sock:
             send_msg(sock, {"settings": settings, "cell_id": cell_id, "threads": threads,
-                             "timeout_s": timeout_s, "memory_mb": memory_mb},
+                             "timeout_s": timeout_s, "memory_mb": memory_mb, "store": store.root_from_env()},
                       fds=[sys.stdout.fileno(), sys.stderr.fileno()])
             try:
                 reply, _ = recv_msg(sock)
@@ -117,7 +117,7 @@ class Lane:
         from .runner import Limits, outcome_row
 
         started = time.monotonic()
-        cell = {k: msg[k] for k in ("settings", "threads", "memory_mb")}
+        cell = {k: msg.get(k) for k in ("settings", "threads", "memory_mb", "store")}
         if self.pid is None:
             self._spawn()
         try:
@@ -252,7 +252,6 @@ def _measuring_process(channel: socket.socket, device: str) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = device  # before CUDA exists in this process
     import torch
 
-    from . import store
     from .measure.cell import CellSpec, run_cell
 
     # A segfault prints the Python stack to fd 2, which is the current cell's log, then still dies.
@@ -273,7 +272,7 @@ def _measuring_process(channel: socket.socket, device: str) -> None:
                 from .isolate import cap_address_space
 
                 cap_address_space(msg["memory_mb"] * 2**20)
-            row = run_cell(CellSpec.from_dict(msg["settings"]), store.from_env())
+            row = run_cell(CellSpec.from_dict(msg["settings"]), store.at(msg.get("store")))
             fresh_retry = measured > 0 and ran_out_of_memory(row)
             retire = fresh_retry or _context_lost(row, device)
             measured += 1

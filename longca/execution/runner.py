@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import gpu_slots, isolate
+from . import gpu_slots, isolate, store
 
 
 @dataclass(frozen=True)
@@ -50,18 +50,17 @@ def preload() -> None:
             pass
 
 
-def _measure(settings: dict[str, Any], threads: int, device: str | None) -> dict[str, Any]:
+def _measure(settings: dict[str, Any], threads: int, device: str | None, store_root: str | None) -> dict[str, Any]:
     """In the child: select the GPU before CUDA exists, then measure (run_cell never raises)."""
     if device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = device
     import torch
 
-    from . import store
     from .measure.cell import CellSpec, run_cell
 
     if threads:
         torch.set_num_threads(threads)
-    return run_cell(CellSpec.from_dict(settings), store.from_env())
+    return run_cell(CellSpec.from_dict(settings), store.at(store_root))
 
 
 def failure_row(settings: dict[str, Any], status: str, reason: str, wall_s: float) -> dict[str, Any]:
@@ -89,7 +88,8 @@ def outcome_row(settings: dict[str, Any], outcome: isolate.Outcome, limits: Limi
 
 
 def measure(settings: dict[str, Any], *, cell_id: str, threads: int = 0, limits: Limits = Limits(),
-            stdio: tuple[int, int] | None = None, abort_fd: int | None = None) -> dict[str, Any]:
+            stdio: tuple[int, int] | None = None, abort_fd: int | None = None,
+            store_root: str | None = None) -> dict[str, Any]:
     """Measure one cell in a forked child and return its row (never raises for a cell's failure).
 
     Call it only from a process that has not yet run a torch operation: GNU OpenMP's thread pool
@@ -102,7 +102,7 @@ def measure(settings: dict[str, Any], *, cell_id: str, threads: int = 0, limits:
         slot = gpu_slots.acquire(gpu_slots.visible_devices(limits.gpus))
     try:
         memory = limits.memory_mb * 2**20 if limits.memory_mb and not slot else None
-        outcome = isolate.call(lambda: _measure(settings, threads, slot.device if slot else None),
+        outcome = isolate.call(lambda: _measure(settings, threads, slot.device if slot else None, store_root),
                                timeout_s=limits.timeout_s, memory_bytes=memory, stdio=stdio, abort_fd=abort_fd)
     finally:
         if slot:

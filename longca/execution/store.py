@@ -47,7 +47,16 @@ class Store:
         write_json_atomic(record, self.path(part, key))
 
 
-def from_env() -> Store | None:
-    """The run's store, if the workflow named one (``STORE_ENV``); None: measure everything."""
-    root = os.environ.get(STORE_ENV)
+def root_from_env() -> str | None:
+    """Where the run's store is, if the workflow named one (``STORE_ENV``).  A client sends it with
+    each cell, so that a long-lived measuring process serves whichever run asks."""
+    return os.environ.get(STORE_ENV) or None
+
+
+def at(root: str | os.PathLike | None) -> Store | None:
+    """The store at ``root``; None (no root): measure everything."""
     return Store(root) if root else None
+
+
+def from_env() -> Store | None:
+    return at(root_from_env())

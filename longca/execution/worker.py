@@ -31,14 +31,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import store
 from .wire import recv_msg, send_msg
 
 PACKAGE = Path(__file__).resolve().parent.parent  # longca/: a worker serves the code of the whole package
 START_TIMEOUT_S = 180.0   # importing torch on a busy node can be slow
 DEFAULT_IDLE_S = 120.0
 # LONGCA_* variables that do not change what a cell computes: how long a server idles, where a run's
-# progress lines go (longca.execution.progress).  Every other LONGCA_* variable names a server of its own.
-NOT_IN_KEY = frozenset({"LONGCA_WORKER_IDLE_S", "LONGCA_PROGRESS_DIR", "LONGCA_PROGRESS_EVERY_S"})
+# progress lines go (longca.execution.progress), which store a run keeps its parts in (sent with each
+# cell, longca.execution.store).  Every other LONGCA_* variable names a server of its own.
+NOT_IN_KEY = frozenset({"LONGCA_WORKER_IDLE_S", "LONGCA_PROGRESS_DIR", "LONGCA_PROGRESS_EVERY_S", "LONGCA_STORE"})
 
 
 class WorkerError(RuntimeError):
@@ -133,7 +135,8 @@ def request(settings: dict[str, Any], *, cell_id: str, threads: int, timeout_s: 
     sock = _start(worker_key())
     with sock:
         send_msg(sock, {"settings": settings, "cell_id": cell_id, "threads": threads,
-                         "timeout_s": timeout_s, "memory_mb": memory_mb, "gpus": gpus},
+                         "timeout_s": timeout_s, "memory_mb": memory_mb, "gpus": gpus,
+                         "store": store.root_from_env()},
                   fds=[sys.stdout.fileno(), sys.stderr.fileno()])
         try:
             reply, _ = recv_msg(sock)
@@ -151,7 +154,7 @@ def _handle(conn: socket.socket) -> None:
     limits = Limits(timeout_s=msg["timeout_s"], memory_mb=msg["memory_mb"], gpus=msg["gpus"])
     stdio = (fds[0], fds[1]) if len(fds) == 2 else None
     row = measure(msg["settings"], cell_id=msg["cell_id"], threads=msg["threads"], limits=limits,
-                  stdio=stdio, abort_fd=conn.fileno())  # readable = the client hung up
+                  stdio=stdio, abort_fd=conn.fileno(), store_root=msg.get("store"))  # readable = the client hung up
     send_msg(conn, row)
 
 

@@ -69,8 +69,9 @@ def cached_kernel_fingerprint(kernel: str) -> str:
 os.environ[kept_rows.FINGERPRINTS_ENV] = json.dumps(
     {kernel: cached_kernel_fingerprint(kernel) for kernel in CFG["kernels"]}, sort_keys=True)
 # Every measured part of a kernel cell (gate, time, memory) is kept in the run's store by its own
-# key (longca.execution.store): a rerun measures only the parts whose settings or code changed.
-os.environ[store.STORE_ENV] = str(store.DEFAULT.resolve())
+# key (longca.execution.store): a rerun measures only the parts whose settings or code changed.  A
+# caller may name another store (benchmarks/bench_pipeline.py gives each pass its own, to measure anew).
+os.environ.setdefault(store.STORE_ENV, str(store.DEFAULT.resolve()))
 
 
 # Resident lanes (longca.execution.resident) measure each device's cells one at a time in a long-lived process;

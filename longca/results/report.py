@@ -399,8 +399,12 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
                                         alt=f"TFLOPs/s against sequence length for mask {mask}, one line per kernel")
         sub = kernels[kernels["mask"] == mask]
         if not tables.has_peak_memory(sub):
-            entry["memory_note"] = ("Peak memory is recorded on GPU only; these cells ran on "
-                                    f"{tables.devices_text(sub)}, so there is no memory figure for this mask.")
+            entry["memory_note"] = (
+                "Peak memory is recorded on GPU only; these cells ran on "
+                f"{tables.devices_text(sub)}, so there is no memory figure for this mask."
+                if not (sub["device"] == "cuda").any() else
+                "No cell of this mask has a memory figure yet: they were measured before the memory probe "
+                "(one call's need) existed.")
         elif mask in figures.memory and Path(figures.memory[mask]).exists():
             entry["memory"] = embed(figures.memory[mask], id=f"fig-memory-{mask}",
                                     title=f"{mask}: peak memory by sequence length", caption=mem_caption,

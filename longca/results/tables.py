@@ -521,10 +521,11 @@ def provenance_notes(kernels: pd.DataFrame, ceilings: dict | None = None) -> lis
     if "gate_area" in ok:
         structured = int(ok["gate_area"].notna().sum())
         if structured < len(ok):
-            notes.append(f"{len(ok) - structured} of {len(ok)} ok rows passed the earlier correctness gate, which "
-                         "rebuilt the mask at the gate's length with default parameters (several patterns were then "
-                         f"plain full or causal); the other {structured} passed the gate that keeps each mask's "
-                         "structure (gate_area).")
+            earlier = ("which rebuilt the mask at the gate's length with default parameters (several patterns "
+                       "were then plain full or causal)")
+            notes.append(f"{len(ok) - structured} of {len(ok)} ok rows passed the earlier correctness gate, {earlier}; "
+                         + (f"the other {structured} passed the gate that keeps each mask's structure (gate_area)."
+                            if structured else "none has been gated with its mask's structure kept yet."))
     for entry in (ceilings or {}).get("matmul", []):
         above = ok[(ok["dtype"] == entry.get("dtype")) & (ok["tflops"] > entry.get("tflops", float("inf")))]
         if len(above):

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from . import cells
 from .execution import kept_rows, progress, store  # light (no torch): run-cell's worker client must start fast
 
 
@@ -26,8 +27,7 @@ def _run_cell(args: argparse.Namespace) -> int:
     from .execution.atomic import write_json_atomic
 
     settings = json.loads(args.settings) if args.settings else _flag_settings(args)
-    # The workflow's naming (the cell's file path under results/cells/kernels/).
-    cell_id = args.cell_id or "{kernel}/{mask}/{dtype}_{direction}_{seqlen}".format(**settings)
+    cell_id = args.cell_id or cells.kernel_cell_id(settings)
     timeout = args.timeout or None
     fingerprint = kept_rows.kernel_fingerprint(settings.get("kernel")) if args.out else None
     kept = kept_rows.recall(args.out, settings, fingerprint) if fingerprint else None
@@ -204,7 +204,7 @@ def _cp_cell(args: argparse.Namespace) -> int:
     from .execution.cp_launch import run
 
     settings = json.loads(args.settings)
-    cell_id = args.cell_id or "{strategy}/{mask}/{dtype}_{direction}_{seqlen}_cp{cp_size}".format(**settings)
+    cell_id = args.cell_id or cells.cp_cell_id(settings)
     if args.unsupported:  # a cell this run cannot place: its row says why, nothing is started
         from .execution.atomic import write_json_atomic
         from .execution.cp_launch import failure_row

@@ -19,6 +19,7 @@ import jsonschema
 import yaml
 
 from .attention import masks, varlen
+from .cells import CPCell, KernelCell, cell_name  # noqa: F401 — the grid's cells, named in cells.py
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "config.schema.yaml"  # package data (pyproject.toml)
 
@@ -325,29 +326,6 @@ def _select_cp_masks(config: dict) -> None:
               f"{'it' if len(dropped) == 1 else 'them'} ({left})", file=sys.stderr)
 
 
-@dataclass(frozen=True)
-class CPCell:
-    strategy: str
-    mask: str
-    tokens_per_rank: int
-    cp_size: int
-    direction: str
-    dtype: str
-
-    @property
-    def path(self) -> str:
-        return f"results/cells/cp/{self.name}.json"
-
-    @property
-    def unplaced_path(self) -> str:
-        """Where the row of a cell this run cannot place goes (rule cp_cell_unplaced)."""
-        return f"results/cells/cp_unplaced/{self.name}.json"
-
-    @property
-    def name(self) -> str:
-        return f"{self.strategy}/{self.mask}/{self.dtype}_{self.direction}_{self.tokens_per_rank}x{self.cp_size}"
-
-
 def cp_cells(config: dict) -> Iterator[CPCell]:
     # null: every mask; a list selects (empty when every name in it was dropped: no CP cells).
     masks_ = [e.name for e in mask_entries(config)] if config["cp_masks"] is None else config["cp_masks"]
@@ -404,29 +382,6 @@ def slurm_resources(config: dict) -> dict:
         if value:
             out[key] = value
     return out
-
-
-@dataclass(frozen=True)
-class KernelCell:
-    kernel: str
-    mask: str
-    seqlen: int
-    direction: str
-    dtype: str
-
-    @property
-    def path(self) -> str:
-        return f"results/cells/kernels/{self.kernel}/{self.mask}/{self.dtype}_{self.direction}_{self.seqlen}.json"
-
-    @property
-    def name(self) -> str:
-        """How tables, logs and the benchmarks' options name the cell: ``kernel/mask/dtype_direction_seqlen``."""
-        return cell_name(self.path)
-
-
-def cell_name(path: str) -> str:
-    """A kernel cell's name from its file's path (``KernelCell.name``)."""
-    return path.removeprefix("results/cells/kernels/").removesuffix(".json")
 
 
 def kernel_cells(config: dict) -> Iterator[KernelCell]:

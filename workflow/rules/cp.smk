@@ -1,4 +1,5 @@
-# One CP cell = one torchrun job = one row (longca cp-cell starts torchrun and guarantees the row).
+# One CP cell = one torchrun job = one row (longca cp-cell starts torchrun and guarantees the row;
+# its cell_id comes from its settings, longca/cells.py).
 
 
 def cp_cell_settings(wildcards) -> str:
@@ -22,9 +23,9 @@ def cp_job_resource(key: str):
 
 rule cp_cell:
     output:
-        "results/cells/cp/{strategy}/{mask}/{dtype}_{direction}_{tokens}x{cp_size}.json",
+        cells.CP_FILE,
     log:
-        "results/logs/cp/{strategy}/{mask}/{dtype}_{direction}_{tokens}x{cp_size}.log",
+        cells.CP_LOG,
     params:
         settings=cp_cell_settings,
         fingerprint=lambda wc: cached_cp_fingerprint(wc.strategy),
@@ -41,22 +42,18 @@ rule cp_cell:
            {key: cp_job_resource(key) for key in slurm_jobs.cp_cell_resources(CFG, 1)}),
     shell:
         "{PYTHON} -m longca cp-cell --settings {params.settings:q} --threads {resources.cpus_per_task} "
-        "--timeout {CP_TIMEOUT_S} --fingerprint {params.fingerprint} "
-        "--cell-id {wildcards.strategy}/{wildcards.mask}/{wildcards.dtype}_{wildcards.direction}_{wildcards.tokens}x{wildcards.cp_size} "
-        "--out {output} 2> {log}"
+        "--timeout {CP_TIMEOUT_S} --fingerprint {params.fingerprint} --out {output} 2> {log}"
 
 
 # A CP cell this run cannot place (more ranks than GPUs here): an `unsupported` row at once, saying
 # why, in a file of its own, so that a run with enough GPUs measures the cell.
 rule cp_cell_unplaced:
     output:
-        "results/cells/cp_unplaced/{strategy}/{mask}/{dtype}_{direction}_{tokens}x{cp_size}.json",
+        cells.CP_UNPLACED_FILE,
     params:
         settings=cp_cell_settings,
-        reason=lambda wc: UNPLACED_CP[longca_config.CPCell(wc.strategy, wc.mask, int(wc.tokens), int(wc.cp_size),
-                                                           wc.direction, wc.dtype)],
+        reason=lambda wc: UNPLACED_CP[cells.CPCell(wc.strategy, wc.mask, int(wc.tokens), int(wc.cp_size),
+                                                   wc.direction, wc.dtype)],
     localrule: True
     shell:
-        "{PYTHON} -m longca cp-cell --settings {params.settings:q} --unsupported {params.reason:q} "
-        "--cell-id {wildcards.strategy}/{wildcards.mask}/{wildcards.dtype}_{wildcards.direction}_{wildcards.tokens}x{wildcards.cp_size} "
-        "--out {output}"
+        "{PYTHON} -m longca cp-cell --settings {params.settings:q} --unsupported {params.reason:q} --out {output}"

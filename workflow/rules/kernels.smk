@@ -7,9 +7,9 @@
 
 rule kernel_cell:
     output:
-        "results/cells/kernels/{kernel}/{mask}/{dtype}_{direction}_{seqlen}.json",
+        cells.KERNEL_FILE,
     log:
-        "results/logs/kernels/{kernel}/{mask}/{dtype}_{direction}_{seqlen}.log",
+        cells.KERNEL_LOG,
     params:
         settings=kernel_cell_settings,
         fingerprint=lambda wc: cached_kernel_fingerprint(wc.kernel),
@@ -20,6 +20,6 @@ rule kernel_cell:
     resources:
         **CELL_RESOURCES,
     shell:
-        # The row's cell_id (kernel/mask/dtype_direction_seqlen) is derived from the settings.
+        # The row's cell_id (longca/cells.py) is derived from the settings.
         "{PYTHON} -m longca run-cell --settings {params.settings:q} --threads {MEASURE_THREADS} {LIMIT_FLAGS} "
         "--out {output} 2> {log}"

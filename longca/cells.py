@@ -1,0 +1,81 @@
+"""A cell's identity, spelled once: its name, the file its row goes to and its log.
+
+Kernel cells are ``kernel/mask/dtype_direction_seqlen``, CP cells
+``strategy/mask/dtype_direction_<tokens per rank>x<cp_size>``.  The Snakemake rules take their
+output patterns from here, ``longca.config`` the grid's cells, the ``run-cell`` and ``cp-cell``
+commands a row's default ``cell_id``, and the tables and benchmarks a cell's name from its file.
+Torch-free and import-light: the thin ``run-cell`` client imports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping
+
+KERNEL_NAME = "{kernel}/{mask}/{dtype}_{direction}_{seqlen}"
+KERNEL_FILE = "results/cells/kernels/" + KERNEL_NAME + ".json"
+KERNEL_LOG = "results/logs/kernels/" + KERNEL_NAME + ".log"
+
+CP_NAME = "{strategy}/{mask}/{dtype}_{direction}_{tokens}x{cp_size}"
+CP_FILE = "results/cells/cp/" + CP_NAME + ".json"
+CP_LOG = "results/logs/cp/" + CP_NAME + ".log"
+CP_UNPLACED_FILE = "results/cells/cp_unplaced/" + CP_NAME + ".json"  # a cell this run cannot place
+
+
+@dataclass(frozen=True)
+class KernelCell:
+    kernel: str
+    mask: str
+    seqlen: int
+    direction: str
+    dtype: str
+
+    @property
+    def name(self) -> str:
+        """How tables, logs and the benchmarks' options name the cell."""
+        return KERNEL_NAME.format(**asdict(self))
+
+    @property
+    def path(self) -> str:
+        return KERNEL_FILE.format(**asdict(self))
+
+
+@dataclass(frozen=True)
+class CPCell:
+    strategy: str
+    mask: str
+    tokens_per_rank: int
+    cp_size: int
+    direction: str
+    dtype: str
+
+    def _fields(self) -> dict[str, Any]:
+        return {**asdict(self), "tokens": self.tokens_per_rank}
+
+    @property
+    def name(self) -> str:
+        return CP_NAME.format(**self._fields())
+
+    @property
+    def path(self) -> str:
+        return CP_FILE.format(**self._fields())
+
+    @property
+    def unplaced_path(self) -> str:
+        """Where the row of a cell this run cannot place goes (rule cp_cell_unplaced)."""
+        return CP_UNPLACED_FILE.format(**self._fields())
+
+
+def kernel_cell_id(settings: Mapping[str, Any]) -> str:
+    """A kernel cell's name from its settings (a row's ``cell_id``)."""
+    return KERNEL_NAME.format(**settings)
+
+
+def cp_cell_id(settings: Mapping[str, Any]) -> str:
+    """A CP cell's name from its settings (``seqlen`` is the whole sequence over ``cp_size`` ranks)."""
+    return CP_NAME.format(**settings, tokens=int(settings["seqlen"]) // int(settings["cp_size"]))
+
+
+def cell_name(path: str) -> str:
+    """A kernel cell's name from its file's path (``KernelCell.name``)."""
+    return path.removeprefix(KERNEL_FILE.split("{")[0]).removesuffix(".json")

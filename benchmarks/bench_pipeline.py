@@ -72,7 +72,7 @@ REPO = Path(__file__).resolve().parent.parent
 WORKFLOW_CONFIG = REPO / "config" / "config.yaml"
 sys.path.insert(0, str(REPO))
 
-from longca import cells  # noqa: E402
+from longca.cells import cell_name  # noqa: E402
 from longca import config as longca_config  # noqa: E402
 from longca.execution import store  # noqa: E402
 
@@ -423,7 +423,7 @@ def write_outputs(args, cfg: dict, state: dict) -> str:
     cells = []
     for path, bare in state["cells"].items():
         wf = state["workflow_rows"].get(path) or workflow_row(args.work, path)
-        entry = {"cell": cells.cell_name(path),
+        entry = {"cell": cell_name(path),
                  "workflow_status": wf.get("status"), "workflow_tflops": wf.get("tflops"),
                  "workflow_reps": wf.get("reps"), "workflow_warmup_calls": wf.get("warmup_calls"),
                  "workflow_warmup_steady": wf.get("warmup_steady"), "workflow_wall_s": wf.get("wall_s"),
@@ -451,7 +451,7 @@ def write_outputs(args, cfg: dict, state: dict) -> str:
             f.write(json.dumps(entry) + "\n")
     with open(args.outdir / "pipeline_retests.jsonl", "w") as f:
         for path, retest in state["retests"].items():
-            f.write(json.dumps({"cell": cells.cell_name(path), **retest}) + "\n")
+            f.write(json.dumps({"cell": cell_name(path), **retest}) + "\n")
     summary = summarize(args, cfg, state, cells)
     (args.outdir / "summary.md").write_text(summary)
     return summary
@@ -525,7 +525,7 @@ def retest_table(retests: dict) -> list[str]:
                  "| bare: workflow's timing / do_bench |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for path, r in retests.items():
         wf, bare, harness = med(r["workflow"]), med(r["bare"]), med(r.get("bare_harness", []))
-        lines.append(f"| {cells.cell_name(path)} | {each(r['workflow'])} | {each(r['bare'])} "
+        lines.append(f"| {cell_name(path)} | {each(r['workflow'])} | {each(r['bare'])} "
                      f"| {each(r['bare_first'])} "
                      f"| {each(r.get('bare_harness', []))} | {ratio(wf, bare)} | {ratio(wf, harness)} "
                      f"| {ratio(harness, bare)} |")

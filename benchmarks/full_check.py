@@ -28,16 +28,12 @@ sys.path.insert(0, str(REPO))
 from longca import config as longca_config  # noqa: E402
 from longca.execution import fingerprint  # noqa: E402
 from longca.execution.atomic import write_json_atomic  # noqa: E402
-from longca.execution.measure.parts import PROBLEM_CODE  # noqa: E402
 
 CHECK_CODE = ("attention/chunked_reference.py", "execution/measure/full_check.py", "execution/measure/gate.py")
 
 
 def check_fingerprint(kernel: str) -> str:
-    from longca import kernels
-
-    return fingerprint.files_fingerprint([fingerprint.PACKAGE / f for f in PROBLEM_CODE + CHECK_CODE]
-                                         + [kernels.source_file(kernel)])
+    return fingerprint.files_fingerprint(fingerprint.problem_files(kernel, CHECK_CODE))
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -91,12 +91,10 @@ def units_at(old_pkg: Path, old_files: list[str]) -> set[str]:
 def restorable_parts(kernel: str, then: set[str]) -> dict[str, bool]:
     """Per part, whether every code unit it depends on now was there at COMMIT; and ``problem``:
     whether the code deciding support (the problem's and the adapter's) was."""
-    from longca import kernels
-    from longca.execution.measure.parts import PARTS, PROBLEM_CODE
+    from longca.execution.measure.parts import PARTS
 
     found = {part: set(fingerprint.units(fingerprint.part_files(part, kernel))) <= then for part in PARTS}
-    problem = [fingerprint.PACKAGE / f for f in PROBLEM_CODE] + [kernels.source_file(kernel)]
-    found["problem"] = set(fingerprint.units(problem)) <= then
+    found["problem"] = set(fingerprint.units(fingerprint.problem_files(kernel))) <= then
     return found
 
 

@@ -122,13 +122,21 @@ def files_fingerprint(paths) -> str:
     return units_fingerprint(units(paths))
 
 
+def problem_files(kernel: str, code: tuple[str, ...] = ()) -> list[Path]:
+    """The problem's code, ``code`` (relative to the package) and the kernel's adapter: what any
+    measurement of a kernel on a problem depends on (whether the kernel supports it, to begin with)."""
+    from .. import kernels
+    from .measure.parts import PROBLEM_CODE
+
+    return [PACKAGE / p for p in PROBLEM_CODE + tuple(code)] + [kernels.source_file(kernel)]
+
+
 def part_files(part: str, kernel: str) -> list[Path]:
     """The files one measurement of a kernel cell depends on: the problem's code, the part's own
     and the kernel's adapter."""
-    from .. import kernels
-    from .measure.parts import PARTS, PROBLEM_CODE
+    from .measure.parts import PARTS
 
-    return [PACKAGE / p for p in PROBLEM_CODE + PARTS[part].code] + [kernels.source_file(kernel)]
+    return problem_files(kernel, PARTS[part].code)
 
 
 def part_fingerprint(part: str, kernel: str) -> str:

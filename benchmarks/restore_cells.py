@@ -23,7 +23,8 @@ when the code it depends on now was all there at COMMIT, unit by unit (``longca.
 each top-level statement and method by its code lines, wherever it lives): a moved, renamed,
 commented or split module keeps its parts, and a part whose code has a statement COMMIT did not
 have is measured again.  A row whose parts are all restored (or that never reached them:
-``unsupported``, decided by the problem's code and the adapter) is also written under
+``unsupported``, decided by the problem's code and the adapter, not by a library missing on the
+machine that ran it) is also written under
 WORKDIR/results/cells/kernels/, and ``snakemake <those cells> --touch --forcerun kernel_cell``
 records Snakemake's metadata for it, so nothing runs for it; a row with a part to measure again is
 left to the run, which takes its other parts from the store.  A cell already in WORKDIR is left alone.
@@ -54,6 +55,11 @@ from longca.execution import fingerprint  # noqa: E402
 from longca.execution.atomic import write_json_atomic  # noqa: E402
 
 CELLS = "results/cells/kernels/"
+# How an adapter's ``available()`` words a machine that cannot run the kernel at all (a library not
+# installed, no GPU): such an ``unsupported`` row says nothing of the problem, only of the machine
+# it ran on, so it is measured again, never restored (tests/test_restore_cells.py holds every adapter
+# to these words).
+UNAVAILABLE = (" is not importable", " is not installed", " needs a CUDA")
 
 
 def package_at(commit: str, dest: Path) -> Path:
@@ -187,7 +193,9 @@ def restore(args) -> dict:
             dropped[f"status {row['status']}: measured again"] += 1
             continue
         if row["status"] == "unsupported":
-            if can["problem"]:
+            if any(words in (row.get("reason") or "") for words in UNAVAILABLE):
+                dropped[f"{kernel}: unavailable on the machine that ran it: measured again"] += 1
+            elif can["problem"]:
                 whole[path] = dict(row, fingerprint=now[kernel])
             else:
                 dropped[f"{kernel}: support code changed since"] += 1

@@ -122,6 +122,38 @@ def test_a_row_without_a_memory_part_is_completed_by_the_run_on_its_restored_tim
     assert row["median_ms"] == was["median_ms"] and row["gate_error"] == was["gate_error"]
 
 
+@pytest.mark.slow
+def test_a_kernel_the_archived_machine_could_not_run_is_measured_again(archive, tmp_path):
+    """`unsupported` because the library was missing there says nothing of the problem: a machine
+    that has it must measure the cell, not inherit the row."""
+    work = tmp_path / "run"
+    write_config(work, CONFIG)
+    full = "results/cells/kernels/sdpa/full/float32_fwd_64.json"
+    missing = _tampered(archive, tmp_path, full, status="unsupported",
+                        reason="sdpa is not importable (ModuleNotFoundError: No module named 'x'); install x")
+    proc = _restore(missing, work, "--measured-with", str(work / "config.yaml"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "1 of 2 cells restored whole" in proc.stdout
+    assert "dropped 1: sdpa: unavailable on the machine that ran it" in proc.stdout
+    assert planned_cells(work) == {full}
+
+
+def test_every_adapter_words_an_unavailable_kernel_as_restore_expects():
+    """restore_cells.UNAVAILABLE must recognise what each adapter says on a machine that lacks it
+    (this CPU machine lacks every GPU library and the GPU)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import restore_cells
+
+    from longca import kernels
+
+    said = {name: kernels.get(name).available() for name in kernels.names()}
+    unavailable = {name: reason for name, reason in said.items() if reason}
+    if not unavailable:
+        pytest.skip("every kernel runs on this machine: nothing to recognise")
+    for name, reason in unavailable.items():
+        assert any(words in reason for words in restore_cells.UNAVAILABLE), (name, reason)
+
+
 def test_a_missing_archive_is_named(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "restore_cells.py"), str(tmp_path / "no.tgz"),
                            str(tmp_path / "run"), "--measured-at", "HEAD", "--config", "x.yaml", "--measured-with",

@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 
 import matplotlib.image as mpimg
 import pytest
+from pathlib import Path
 import report_data as rd
 
 from longca.results import plots, report, tables
@@ -323,3 +324,19 @@ def test_the_fits_table_says_the_longest_ok_length_its_need_and_the_first_oom():
     assert entry["longest_ok"] == below and entry["first_oom"] == longest
     assert entry["peak_mem_bytes"] == below * 2 ** 20
     assert tables.longest_fits(rd.kernels_df(device="cpu")) == []  # a CPU run: no GPU memory to plan with
+
+
+def test_each_caption_has_one_source_for_both_reports():
+    """The HTML report's captions begin with the caption files Snakemake's report renders."""
+    from longca.results import figure_captions
+
+    df = rd.kernels_df()
+    throughput, memory = report.kernel_captions(df, "causal", rd.CEILINGS)
+    assert throughput.startswith(figure_captions.text("kernel_figure", "causal"))
+    assert memory == figure_captions.text("memory_figure", "causal")
+    assert "mask causal" in memory and "{{" not in throughput
+    rules = "".join(p.read_text() for p in (Path(report.__file__).parents[2] / "workflow" / "rules").glob("*.smk"))
+    for figure in figure_captions.FIGURES:
+        assert f'figure_captions.path("{figure}")' in rules, figure
+    with pytest.raises(KeyError, match="no caption for figure 'nope'"):
+        figure_captions.path("nope")

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from . import tables
+from . import figure_captions, tables
 from .tables import DIRECTION_TITLES, STATUS_LABELS, STATUS_MARKERS, seqlen_label
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"  # package data (pyproject.toml)
@@ -289,32 +289,21 @@ def _ceiling_phrase(ceilings: dict | None, dtypes: Iterable[str]) -> str:
              for e in ceilings["matmul"] if e.get("dtype") in set(dtypes)]
     if not parts:
         return "The measured ceilings do not cover this dtype, so no ceiling line is drawn."
-    return ("The dashed line is the machine's measured dense matmul rate on "
-            f"{ceilings.get('device_name') or ceilings.get('device')} (median of n×n @ n×n products, "
-            "2n³ FLOPs each, after warm-up) — " + "; ".join(parts) + ".")
+    return (f"Ceiling on {ceilings.get('device_name') or ceilings.get('device')} (median of n×n @ n×n products, "
+            "2n³ FLOPs each, after warm-up): " + "; ".join(parts) + ".")
 
 
 def kernel_captions(df: pd.DataFrame, mask: str, ceilings: dict | None) -> tuple[str, str]:
+    """The throughput and memory captions of ``mask``: the caption files and what the rows add."""
     sub = df[df["mask"] == mask]
     pattern = ", ".join(sorted(set(sub["pattern"].dropna()))) if "pattern" in sub else ""
     density = ""
     if len(sub) and sub["density"].notna().any():
         lo, hi = sub["density"].min(), sub["density"].max()
-        density = f" (density {fmt_number(lo, 3)}" + ("" if lo == hi else f"–{fmt_number(hi, 3)}") + ")"
-    throughput = (
-        f"Mask {mask} (pattern {pattern}){density}: attention throughput against sequence length (log2 "
-        "axis), one line with markers per kernel, a panel per direction (and dtype). TFLOPs/s = FLOPs counted on "
-        "the mask's attended pairs (4 · area · heads_q · head_dim · batch forward, × 2.5 backward) ÷ median time "
-        f"per call; error bars span the 20th–80th percentile times. Timing: {_timing_phrase(sub)}. Where a "
-        "kernel has no number at a length, its status is drawn in the kernel's colour in the band below zero "
-        "(a row per kernel): X unsupported, E out of memory, W failed the correctness gate, ! error or crash, "
-        "T timed out; a line is broken where a length between two numbers has none. "
-        + _ceiling_phrase(ceilings, set(sub["dtype"])))
-    memory = (f"Mask {mask}: what one call needs, by sequence length, one line per kernel (log scale): the most "
-              "memory PyTorch's allocator held during one eager call above what it held before (inputs, outputs, "
-              "saved statistics, temporaries; a backward cell counts its forward too), after one unmeasured call; "
-              "markers as in the throughput figure. Rows measured before this probe existed have no figure.")
-    return throughput, memory
+        density = f", density {fmt_number(lo, 3)}" + ("" if lo == hi else f"–{fmt_number(hi, 3)}")
+    throughput = (f"{figure_captions.text('kernel_figure', mask)} Pattern {pattern or '–'}{density}. "
+                  f"Timing: {_timing_phrase(sub)}. " + _ceiling_phrase(ceilings, set(sub["dtype"])))
+    return throughput, figure_captions.text("memory_figure", mask)
 
 
 # --- environment -----------------------------------------------------------------------------
@@ -414,11 +403,7 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
     if figures.matrix and Path(figures.matrix).exists() and len(kernels):
         matrix = embed(figures.matrix, id="fig-matrix", title="Kernel × mask: best TFLOPs/s",
                        alt="heatmap of the best TFLOPs/s per kernel and mask",
-                       caption=("Each cell: the best median TFLOPs/s the kernel reached on the mask over all "
-                                "measured sequence lengths (and the length it was reached at), a panel per "
-                                "direction and dtype; colour scales per panel. Below the value, the markers of "
-                                "the lengths that produced no number (X unsupported, E out of memory, W wrong, "
-                                "! error, T timeout); a grey cell produced no number at any length."))
+                       caption=figure_captions.text("matrix_figure"))
     cp_figs = []
     for mask in cp_masks:
         sub = cp[cp["mask"] == mask]
@@ -427,21 +412,13 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
             entry["scaling"] = embed(
                 figures.cp_scaling[mask], id=f"fig-cp-scaling-{mask}", title=f"{mask}: CP per-GPU TFLOPs/s",
                 alt=f"per-GPU TFLOPs/s against cp_size for mask {mask}, one line per strategy",
-                caption=(f"Mask {mask}: per-GPU throughput of each CP strategy (and its local kernel) against the "
-                         "CP size, a panel per direction and per-GPU work (tokens per rank; the whole sequence is "
-                         "tokens per rank × cp_size). Per-GPU TFLOPs/s = the whole problem's masked "
-                         "FLOPs ÷ the slowest rank's median step time ÷ cp_size; bars p20–p80. Markers as in "
-                         "the kernel figures. " + _ceiling_phrase(ceilings, set(sub["dtype"]))
-                         .replace("The dashed line", "The dashed line (per GPU)")))
+                caption=(figure_captions.text("cp_scaling_figure", mask) + " "
+                         + _ceiling_phrase(ceilings, set(sub["dtype"]))))
         if mask in figures.cp_efficiency and Path(figures.cp_efficiency[mask]).exists():
             entry["efficiency"] = embed(
                 figures.cp_efficiency[mask], id=f"fig-cp-efficiency-{mask}", title=f"{mask}: CP efficiency",
                 alt=f"CP efficiency against cp_size for mask {mask}",
-                caption=(f"Mask {mask}: per-GPU TFLOPs/s of the CP step ÷ TFLOPs/s of the same local kernel "
-                         "on one GPU at the same per-GPU work (seqlen = tokens per rank, same mask, direction, "
-                         "dtype and shapes), from the kernel table. 1 (dashed) = no loss to communication or "
-                         "imbalance. n/a: that single-GPU cell was not measured or produced no number (the CP "
-                         "table's baseline note says which)."))
+                caption=figure_captions.text("cp_efficiency_figure", mask))
         cp_figs.append(entry)
 
     devices = sorted({fmt_text(v) for v in kernels.get("device_name", pd.Series(dtype=object)).dropna()})

@@ -273,6 +273,28 @@ def device_ratios(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def memory_ratios(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Per kernel cell ok on both machines with a memory figure on both: ``mem_a``, ``mem_b`` (bytes)
+    and ``ratio`` (b / a).  One call's need is a property of the cell, not of the GPU: on two GPUs of
+    one architecture and the same software, the ratio should be 1."""
+    both = ok_rows(a).merge(ok_rows(b), on=CELL_KEYS, suffixes=("_a", "_b"))
+    both = both[both["peak_mem_bytes_a"].notna() & both["peak_mem_bytes_b"].notna()]
+    out = both[CELL_KEYS].copy()
+    out["mem_a"], out["mem_b"] = both["peak_mem_bytes_a"].astype(float), both["peak_mem_bytes_b"].astype(float)
+    out["ratio"] = out["mem_b"] / out["mem_a"]
+    return out.reset_index(drop=True)
+
+
+def memory_agreement(ratios: pd.DataFrame, within: float = 0.05) -> dict:
+    """From ``memory_ratios``: how many cells agree within ``within`` (relative), and the spread."""
+    if ratios.empty:
+        return {"cells": 0, "agree": 0, "share": None, "median": None, "min": None, "max": None}
+    agree = int(((ratios["ratio"] - 1).abs() <= within).sum())
+    return {"cells": len(ratios), "agree": agree, "share": agree / len(ratios),
+            "median": float(ratios["ratio"].median()), "min": float(ratios["ratio"].min()),
+            "max": float(ratios["ratio"].max())}
+
+
 def best_kernel_ratios(pairs: pd.DataFrame) -> pd.DataFrame:
     """From ``device_ratios``: per mask, length, direction and dtype, the fastest kernel on each
     machine and ``ratio`` (b's best over a's best), among the kernels measured ok on both, so a kernel

@@ -8,6 +8,7 @@ from longca import config as longca_config
 from longca.execution import kept_rows, placement, slurm_jobs
 from longca.execution import store
 from longca.execution.fingerprint import cp_fingerprint, kernel_fingerprint
+from longca.results import figure_captions
 
 # Validated before any job starts; a bad key stops here with a message naming it.
 CFG = longca_config.validate(config)

@@ -1,5 +1,5 @@
 # The machine's ceilings, then the figures (scripts under workflow/scripts call longca.execution.measure.ceilings and
-# longca.results.plots, which draws longca.results.tables; captions under workflow/report/ serve `snakemake --report`).
+# longca.results.plots, which draws longca.results.tables; captions: longca/results/captions/, shared with the HTML report).
 from pathlib import Path
 
 from longca.execution.fingerprint import files_fingerprint
@@ -49,14 +49,14 @@ rule plot_kernel_mask:
     output:
         throughput=report(
             "results/figures/kernels_{mask}.png",
-            caption="../report/kernel_figure.rst",
+            caption=figure_captions.path("kernel_figure"),
             category="Kernels",
             subcategory="Throughput",
             labels={"mask": "{mask}", "figure": "TFLOPs/s by seqlen"},
         ),
         memory=report(
             "results/figures/memory_{mask}.png",
-            caption="../report/memory_figure.rst",
+            caption=figure_captions.path("memory_figure"),
             category="Kernels",
             subcategory="Peak memory",
             labels={"mask": "{mask}", "figure": "peak memory by seqlen"},
@@ -73,7 +73,7 @@ rule plot_kernel_matrix:
     output:
         report(
             "results/figures/kernel_mask_matrix.png",
-            caption="../report/matrix_figure.rst",
+            caption=figure_captions.path("matrix_figure"),
             category="Kernels",
             subcategory="Overview",
             labels={"figure": "kernel × mask, best TFLOPs/s"},
@@ -93,14 +93,14 @@ rule plot_cp_mask:
     output:
         scaling=report(
             "results/figures/cp_scaling_{mask}.png",
-            caption="../report/cp_scaling_figure.rst",
+            caption=figure_captions.path("cp_scaling_figure"),
             category="Context parallelism",
             subcategory="Per-GPU TFLOPs/s",
             labels={"mask": "{mask}", "figure": "per-GPU TFLOPs/s by cp_size"},
         ),
         efficiency=report(
             "results/figures/cp_efficiency_{mask}.png",
-            caption="../report/cp_efficiency_figure.rst",
+            caption=figure_captions.path("cp_efficiency_figure"),
             category="Context parallelism",
             subcategory="Efficiency",
             labels={"mask": "{mask}", "figure": "efficiency vs one GPU"},

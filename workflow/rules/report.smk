@@ -25,7 +25,7 @@ rule html_report:
     output:
         report(
             "results/report.html",
-            caption="../report/html_report.rst",
+            caption=figure_captions.path("html_report"),
             category="Report",
             labels={"file": "report.html"},
         ),

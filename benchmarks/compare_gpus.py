@@ -39,6 +39,23 @@ def markdown(best, pairs, label_a: str, label_b: str) -> str:
     return "\n".join(lines)
 
 
+def memory_markdown(ratios, label_a: str, label_b: str, worst: int = 10) -> str:
+    """One call's memory on both machines: the share within 5 %, and the cells that differ most."""
+    agreement = tables.memory_agreement(ratios)
+    if not agreement["cells"]:
+        return "\nMemory: no cell has a memory figure on both machines."
+    lines = [f"\nMemory (one call's need), {agreement['cells']} cells with a figure on both: "
+             f"{agreement['agree']} ({agreement['share']:.1%}) within 5 %; {label_b} / {label_a} median "
+             f"{agreement['median']:.3f}, range {agreement['min']:.3f}–{agreement['max']:.3f}.", "",
+             f"| kernel | mask | length | direction | {label_a} MiB | {label_b} MiB | {label_b} / {label_a} |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    far = ratios.assign(off=(ratios["ratio"] - 1).abs()).sort_values("off", ascending=False).head(worst)
+    for r in far.itertuples():
+        lines.append(f"| {r.kernel} | {r.mask} | {r.seqlen} | {r.direction} | {r.mem_a / 2**20:,.0f} | "
+                     f"{r.mem_b / 2**20:,.0f} | {r.ratio:.3f} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("a", type=Path, help="the first machine's kernels.parquet")
@@ -61,6 +78,7 @@ def main(argv=None) -> int:
     plots.save(plots.device_ratio_figure(best, *args.labels, masks=masks), args.out)
     print(markdown(best, pairs, *args.labels))
     print(f"\n{len(pairs)} kernel cells ok on both; {len(best)} mask x length x direction cells -> {args.out}")
+    print(memory_markdown(tables.memory_ratios(a, b), *args.labels))
     return 0
 
 

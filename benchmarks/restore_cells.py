@@ -193,7 +193,7 @@ def restore(args) -> dict:
             dropped[f"status {row['status']}: measured again"] += 1
             continue
         if row["status"] == "unsupported":
-            if any(words in (row.get("reason") or "") for words in UNAVAILABLE):
+            if kernel not in args.unavailable_here and any(words in (row.get("reason") or "") for words in UNAVAILABLE):
                 dropped[f"{kernel}: unavailable on the machine that ran it: measured again"] += 1
             elif can["problem"]:
                 whole[path] = dict(row, fingerprint=now[kernel])
@@ -249,6 +249,9 @@ def main(argv=None) -> int:
     ap.add_argument("--config", nargs="+", required=True, help="the config files the run uses, in order")
     ap.add_argument("--measured-with", nargs="+", required=True,
                     help="the config files the archived run used (its timing.reps is read: see above)")
+    ap.add_argument("--unavailable-here", nargs="+", default=[], metavar="KERNEL",
+                    help="kernels the run's machine cannot run either: their archived 'unavailable' rows are "
+                         "restored, not measured again")
     ap.add_argument("--dry-run", action="store_true", help="say what would be kept; write nothing")
     args = ap.parse_args(argv)
     if not args.archive.is_file():

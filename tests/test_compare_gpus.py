@@ -42,3 +42,20 @@ def test_a_missing_table_is_named(tmp_path, missing):
     paths = {"a": H100, "b": H200, missing: tmp_path / "nope.parquet"}
     proc = _run(paths["a"], paths["b"], tmp_path / "x.png")
     assert proc.returncode == 2 and "nope.parquet: no such file" in proc.stderr
+
+
+def test_memory_agreement_counts_cells_within_five_percent(tmp_path):
+    """The memory section: cells with a figure on both, the share within 5 %, the farthest cells."""
+    a = pd.read_parquet(H100)
+    a = a[a.status == "ok"].head(20).copy()
+    a["peak_mem_bytes"] = 100 * 2 ** 20
+    b = a.copy()
+    b.loc[b.index[:3], "peak_mem_bytes"] = 120 * 2 ** 20   # 3 of 20 differ by 20 %
+    b.loc[b.index[3], "peak_mem_bytes"] = 104 * 2 ** 20    # inside 5 %
+    a.loc[a.index[4], "peak_mem_bytes"] = None              # no figure on one side: not counted
+    a.to_parquet(tmp_path / "a.parquet"), b.to_parquet(tmp_path / "b.parquet")
+    proc = _run(tmp_path / "a.parquet", tmp_path / "b.parquet", tmp_path / "x.png", "--labels", "H100", "H200")
+    assert proc.returncode == 0, proc.stderr
+    assert "19 cells with a figure on both: 16 (84.2%) within 5 %" in proc.stdout
+    first = a.iloc[0]
+    assert f"| {first.kernel} | {first['mask']} | {first.seqlen} | {first.direction} | 100 | 120 | 1.200 |" in proc.stdout

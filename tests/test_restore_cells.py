@@ -136,6 +136,10 @@ def test_a_kernel_the_archived_machine_could_not_run_is_measured_again(archive, 
     assert "1 of 2 cells restored whole" in proc.stdout
     assert "dropped 1: sdpa: unavailable on the machine that ran it" in proc.stdout
     assert planned_cells(work) == {full}
+    again = tmp_path / "again"
+    write_config(again, CONFIG)
+    proc = _restore(missing, again, "--measured-with", str(again / "config.yaml"), "--unavailable-here", "sdpa")
+    assert "2 of 2 cells restored whole" in proc.stdout  # the run's machine lacks it too: kept as it was
 
 
 def test_every_adapter_words_an_unavailable_kernel_as_restore_expects():

@@ -78,6 +78,17 @@ def test_cells_share_one_measuring_process_until_one_crashes_or_hangs(env, tmp_p
         assert row["cell_id"] == name and row["fingerprint"]
 
 
+def test_a_cell_that_raises_past_run_cell_still_ends_as_a_row_with_its_traceback_in_its_log(env, tmp_path):
+    """A library that calls sys.exit while loading (SystemExit escapes run_cell's Exception
+    handling): the cell's row says so and its own log has the traceback; the next cell runs in a
+    fresh measuring process."""
+    row = run_client(env, tmp_path, "test_exits", "x")
+    assert row["status"] == "error" and "SystemExit: 3" in row["reason"], row["reason"]
+    assert "Traceback" in (tmp_path / "x.log").read_text() and "SystemExit" in (tmp_path / "x.log").read_text()
+    assert run_client(env, tmp_path, "sdpa", "y")["status"] == "ok"
+    assert lane_log(env).count(" started (#") == 2
+
+
 def test_an_oom_after_other_cells_is_measured_again_in_a_fresh_process(env, tmp_path):
     # An oom in a fresh process is the cell's own: its row stands, and the process goes on.
     first = run_client(env, tmp_path, "test_oom", "oom_first")

@@ -44,7 +44,7 @@ import time
 from typing import Any
 
 from . import gpu_slots, store
-from .runner import stamp
+from .runner import failure_row, stamp
 from .wire import recv_msg, send_msg
 from .worker import DEFAULT_IDLE_S, WorkerError, start_server, worker_key
 
@@ -260,6 +260,7 @@ def _measuring_process(channel: socket.socket, device: str) -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     measured = 0  # cells this process has run: an oom after them may be theirs (Lane.measure)
     while True:
+        fresh_retry = False
         try:
             msg, fds = recv_msg(channel, max_fds=2)
         except (ConnectionError, OSError):
@@ -272,16 +273,35 @@ def _measuring_process(channel: socket.socket, device: str) -> None:
                 from .isolate import cap_address_space
 
                 cap_address_space(msg["memory_mb"] * 2**20)
-            row = run_cell(CellSpec.from_dict(msg["settings"]), store.at(msg.get("store")))
-            fresh_retry = measured > 0 and ran_out_of_memory(row)
-            retire = fresh_retry or _context_lost(row, device)
+            started = time.monotonic()
+            try:
+                row = run_cell(CellSpec.from_dict(msg["settings"]), store.at(msg.get("store")))
+            except BaseException as exc:  # noqa: BLE001 — even a library's SystemExit ends as a row
+                # The traceback goes to the cell's log (still this process's stderr); the process
+                # retires, since whatever raised may have left it half-initialised.
+                import traceback
+
+                traceback.print_exc()
+                row = failure_row(msg["settings"], "error", "the measuring process raised outside the cell's "
+                                  f"own handling: {traceback.format_exception_only(type(exc), exc)[-1].strip()}",
+                                  time.monotonic() - started)
+                retire = True
+            else:
+                fresh_retry = measured > 0 and ran_out_of_memory(row)
+                retire = fresh_retry or _context_lost(row, device)
             measured += 1
         finally:
             resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
             _redirect(own_stdio)
             for fd in fds:
                 os.close(fd)
-        send_msg(channel, {"row": row, "retire": retire, "fresh_retry": fresh_retry})
+        try:
+            send_msg(channel, {"row": row, "retire": retire, "fresh_retry": fresh_retry})
+        except (TypeError, ValueError) as exc:  # a row JSON cannot hold (a key that is no string)
+            retire = True
+            send_msg(channel, {"row": failure_row(msg["settings"], "error", f"the cell's row could not be sent: "
+                                                  f"{type(exc).__name__}: {exc}", row.get("wall_s") or 0.0),
+                               "retire": True, "fresh_retry": False})
         if retire:
             return
 

@@ -8,7 +8,9 @@ correct kernel that takes a set time per call (option ``seconds``), and ``test_r
 by its "library" in ``prepare`` (``Unsupported``), as a cuDNN graph or a FlexAttention backend
 refuses a problem.  ``test_leaky`` is correct but keeps a buffer per prepared problem for the life of
 the process, as a cache of workspaces does, and ``test_tight`` is correct only where nothing was left
-behind: after a ``test_leaky`` cell in the same process it really runs out of memory.  Set
+behind: after a ``test_leaky`` cell in the same process it really runs out of memory.
+``test_exits`` raises ``SystemExit`` when asked whether it is available, as a library that calls
+``sys.exit`` while it loads does.  Set
 ``LONGCA_TEST_KERNELS=1`` to register them.
 """
 
@@ -149,7 +151,15 @@ class SleepKernel(_DenseSdpa):
         time.sleep(self.options["seconds"])
 
 
+class ExitingKernel(_DenseSdpa):
+    name = "test_exits"
+    description = "test-only: its 'library' calls sys.exit while loading (SystemExit, not an Exception)"
+
+    def available(self):
+        raise SystemExit(3)
+
+
 if os.environ.get("LONGCA_TEST_KERNELS") == "1":
     for _kernel in (WrongKernel, OomKernel, RefusingKernel, SegfaultKernel, AbortKernel, HangKernel, HogKernel,
-                    SleepKernel, LeakyKernel, TightKernel):
+                    SleepKernel, LeakyKernel, TightKernel, ExitingKernel):
         register(_kernel())

@@ -187,3 +187,12 @@ def test_flash_attn2_alone_makes_only_flash_attn2_available(tmp_path):
 def test_flash_attn2_needs_its_cuda_extension(tmp_path):
     listing = _kernels_listing(tmp_path, "flash-attn without its extension")
     assert "(and flash_attn_2_cuda (the CUDA extension of flash_attn.flash_attn_func)" in listing["flash_attn2"]
+
+
+def test_the_folder_of_a_loaded_shared_library_is_found():
+    """te_fused points TransformerEngine at the cuDNN torch loaded, found in the process's own map."""
+    from longca.kernels.transformer_engine_attn import _loaded_library_dir
+
+    libc = _loaded_library_dir("libc.so")
+    assert libc and (Path(libc) / "libc.so.6").exists()
+    assert _loaded_library_dir("libnothing-longca.so") is None

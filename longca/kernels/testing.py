@@ -9,8 +9,8 @@ by its "library" in ``prepare`` (``Unsupported``), as a cuDNN graph or a FlexAtt
 refuses a problem.  ``test_leaky`` is correct but keeps a buffer per prepared problem for the life of
 the process, as a cache of workspaces does, and ``test_tight`` is correct only where nothing was left
 behind: after a ``test_leaky`` cell in the same process it really runs out of memory.
-``test_exits`` raises ``SystemExit`` when asked whether it is available, as a library that calls
-``sys.exit`` while it loads does.  Set
+``test_exits`` raises ``SystemExit`` when it prepares a problem, as a library that calls ``sys.exit``
+while it loads on first use does.  Set
 ``LONGCA_TEST_KERNELS=1`` to register them.
 """
 
@@ -155,7 +155,7 @@ class ExitingKernel(_DenseSdpa):
     name = "test_exits"
     description = "test-only: its 'library' calls sys.exit while loading (SystemExit, not an Exception)"
 
-    def available(self):
+    def prepare(self, problem):
         raise SystemExit(3)
 
 

@@ -8,6 +8,10 @@ Full and causal go in as ``bshd``; packed documents as ``thd`` with ``cu_seqlens
 
 from __future__ import annotations
 
+import ctypes
+import glob
+import os
+
 import functools
 from typing import Any
 
@@ -21,8 +25,31 @@ from .base import Kernel
 
 
 @functools.lru_cache(maxsize=None)
+def _loaded_library_dir(name: str) -> str | None:
+    """The folder of the shared library ``name`` this process has loaded (Linux), or None."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1]
+                if os.path.basename(path).startswith(name):
+                    return os.path.dirname(path)
+    except (OSError, IndexError):
+        pass
+    return None
+
+
 def _te():
     try:
+        # torch's own cuDNN first: TransformerEngine otherwise loads whichever libcudnn it finds first
+        # (another package's older one), after which torch refuses cuDNN in this process, in every
+        # later cell of it too.  Loaded first, torch's is the one TE's library binds to.
+        if torch.cuda.is_available() and torch.backends.cudnn.is_available():
+            torch.backends.cudnn.version()
+            if loaded := _loaded_library_dir("libcudnn.so"):
+                os.environ.setdefault("CUDNN_HOME", loaded)  # where TE looks for cuDNN first
+                # cuDNN's sub-libraries, which TE's library asks for by name: torch's, not a system copy.
+                for sub in sorted(glob.glob(os.path.join(loaded, "libcudnn*.so*"))):
+                    ctypes.CDLL(sub, mode=ctypes.RTLD_GLOBAL)
         import transformer_engine.pytorch as te
     except Exception as exc:  # noqa: BLE001 — ImportError, or a broken build
         return None, (f"transformer_engine.pytorch is not importable ({type(exc).__name__}: {exc}); "

@@ -56,7 +56,10 @@ def library_versions() -> dict[str, str]:
 
 def _version(library: str) -> str | None:
     if library == "cudnn":
-        return str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else None
+        try:
+            return str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else None
+        except RuntimeError as exc:  # another cuDNN loaded first: say so in the row, do not die
+            return f"unusable ({str(exc).split('.')[0]})"
     try:
         return importlib.metadata.version(library)
     except importlib.metadata.PackageNotFoundError:

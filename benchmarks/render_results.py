@@ -39,7 +39,12 @@ def main() -> int:
                     "or a published kernels.parquet")
     ap.add_argument("out", type=Path)
     ap.add_argument("--config", nargs="*", default=[], help="the config files the run used, in order")
+    ap.add_argument("--cp", type=Path, help="a published cp.parquet to keep beside these kernel cells (a "
+                    "results folder restored from a kernel-cell archive has no CP cells)")
     args = ap.parse_args()
+    if args.cp and not args.cp.is_file():
+        ap.error(f"--cp {args.cp}: no such file")
+    kept_cp = results.load(args.cp) if args.cp else None  # read first: it may be the file written below
 
     config = config_mod.validate(config_mod.merge_files([WORKFLOW_CONFIG, *args.config]))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -60,9 +65,14 @@ def main() -> int:
             print(f"no cells under {args.results / 'cells'}", file=sys.stderr)
             return 2
         results.aggregate(kernel_cells, args.out / "kernels.parquet", schema=results.KERNEL_SCHEMA)
-        results.aggregate(cp_cells, args.out / "cp.parquet", schema=results.CP_SCHEMA)
         kernels = results.load(args.out / "kernels.parquet")
-        cp = results.load(args.out / "cp.parquet")
+        if kept_cp is None:
+            results.aggregate(cp_cells, args.out / "cp.parquet", schema=results.CP_SCHEMA)
+            cp = results.load(args.out / "cp.parquet")
+        else:
+            cp = kept_cp
+            if args.cp.resolve() != (args.out / "cp.parquet").resolve():
+                shutil.copyfile(args.cp, args.out / "cp.parquet")
         ceilings = ceilings_mod.load(args.results / "ceilings.json")  # None when the run measured none
 
     # The config's mask order, keeping only masks with at least one finished cell.

@@ -50,6 +50,13 @@ def test_render_results_reports_exactly_the_cells_that_finished(tmp_path):
     assert "sdpa/full/float32_fwd_128" in html and "sdpa/causal/float32_fwd_128" in html
     assert (published / "figures" / "kernels_full.png").exists()
     assert not (published / "figures" / "kernels_varlen_causal.png").exists()  # no cells, no figure
+    # Kernel cells restored from an archive have no CP cells: --cp keeps a published CP table beside them.
+    cp = REPO / "docs/results/h100_2026-11-23/cp.parquet"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "render_results.py"), str(tmp_path / "results"),
+                           str(tmp_path / "with_cp"), "--cp", str(cp)], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(pd.read_parquet(tmp_path / "with_cp" / "cp.parquet")) == len(pd.read_parquet(cp)) > 0
+    assert "kernel cells, " + str(len(pd.read_parquet(cp))) + " CP cells" in proc.stdout
 
 
 def _without_images_and_stamp(html: str) -> str:

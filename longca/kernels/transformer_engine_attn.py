@@ -9,10 +9,9 @@ Full and causal go in as ``bshd``; packed documents as ``thd`` with ``cu_seqlens
 from __future__ import annotations
 
 import ctypes
+import functools
 import glob
 import os
-
-import functools
 from typing import Any
 
 import torch
@@ -24,7 +23,6 @@ from ._flash_masks import NO_WINDOW, flash_mask
 from .base import Kernel
 
 
-@functools.lru_cache(maxsize=None)
 def _loaded_library_dir(name: str) -> str | None:
     """The folder of the shared library ``name`` this process has loaded (Linux), or None."""
     try:
@@ -38,6 +36,7 @@ def _loaded_library_dir(name: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=None)
 def _te():
     try:
         # torch's own cuDNN first: TransformerEngine otherwise loads whichever libcudnn it finds first

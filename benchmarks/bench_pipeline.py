@@ -67,14 +67,11 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
-# The workflow's default config, which Snakemake reads before any --configfile.
-WORKFLOW_CONFIG = REPO / "config" / "config.yaml"
-sys.path.insert(0, str(REPO))
+from workflow_config import REPO, merged, resolved
 
-from longca.cells import cell_name  # noqa: E402
-from longca import config as longca_config  # noqa: E402
-from longca.execution import store  # noqa: E402
+from longca import config as longca_config
+from longca.cells import cell_name
+from longca.execution import store
 
 BARE_WARMUP_MS, BARE_REP_MS = 25, 100  # triton.testing.do_bench's defaults
 FIDELITY = 0.03
@@ -121,10 +118,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 def grid_config(args) -> dict:
     from longca import kernels
 
-    merged = longca_config.merge_files([WORKFLOW_CONFIG, args.configfile])
+    merged_config = merged(args.configfile)
     # available() returns why a kernel cannot run here, or None: absent libraries are left out, since
     # their cells cost nothing on either side and would only pad both wall times.
-    names = args.kernels or [k for k in merged["kernels"] if not kernels.get(k).available()]
+    names = args.kernels or [k for k in merged_config["kernels"] if not kernels.get(k).available()]
     overrides = {"kernels": names, "cp_strategies": []}
     if args.seqlens:
         overrides["seqlens"] = args.seqlens
@@ -248,7 +245,7 @@ def bare_only(argv: list[str]) -> int:
     """``--bare-only OUT.json CONFIGFILE OVERRIDES --harness|--no-harness CELL_PATH...``: the bare
     loop over those cells, rows to OUT."""
     out, configfile, overrides, harness, *paths = argv
-    cfg = longca_config.validate(longca_config.merge_files([WORKFLOW_CONFIG, Path(configfile), Path(overrides)]))
+    cfg = resolved(configfile, overrides)
     by_path = {c.path: c for c in longca_config.kernel_cells(cfg)}
     rows = run_bare(cfg, [by_path[p] for p in paths], harness == "--harness")[2]
     Path(out).write_text(json.dumps(rows))
@@ -569,7 +566,7 @@ def main(argv=None) -> int:
     overrides_path = args.work / "overrides.yaml"
     overrides_path.write_text(yaml.safe_dump(overrides))
     (args.outdir / "overrides.yaml").write_text(yaml.safe_dump(overrides))
-    cfg = longca_config.validate(longca_config.merge_files([WORKFLOW_CONFIG, args.configfile, overrides_path]))
+    cfg = resolved(args.configfile, overrides_path)
     retest_paths = named_cells(cfg, args.retest_cells) if args.retest_cells else None  # before any work
     state = load_state(args.work)
     done = {c["seqlen"] for c in state["chunks"]}

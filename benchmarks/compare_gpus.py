@@ -17,12 +17,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from workflow_config import resolved
+
 from longca import config as config_mod
 from longca.results import parquet as results
 from longca.results import plots, tables
-
-# The workflow's default config, which Snakemake reads before any --configfile.
-WORKFLOW_CONFIG = Path(__file__).resolve().parent.parent / "config" / "config.yaml"
 
 
 def markdown(best, pairs, label_a: str, label_b: str) -> str:
@@ -72,7 +71,7 @@ def main(argv=None) -> int:
     best = tables.best_kernel_ratios(pairs)
     masks = None
     if args.config:
-        masks = [e.name for e in config_mod.mask_entries(config_mod.validate(config_mod.merge_files([WORKFLOW_CONFIG, *args.config])))]
+        masks = [e.name for e in config_mod.mask_entries(resolved(*args.config))]
         order = {m: i for i, m in enumerate(masks)}
         best = best.sort_values(["direction", "mask", "seqlen"], key=lambda c: c.map(order) if c.name == "mask" else c)
     plots.save(plots.device_ratio_figure(best, *args.labels, masks=masks), args.out)

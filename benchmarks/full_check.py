@@ -15,19 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 import traceback
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-# The workflow's default config, which Snakemake reads before any --configfile.
-WORKFLOW_CONFIG = REPO / "config" / "config.yaml"
-sys.path.insert(0, str(REPO))
+from workflow_config import REPO, resolved
 
-from longca import config as longca_config  # noqa: E402
-from longca.execution import fingerprint  # noqa: E402
-from longca.execution.atomic import write_json_atomic  # noqa: E402
+from longca import config as longca_config
+from longca.execution import fingerprint
+from longca.execution.atomic import write_json_atomic
 
 CHECK_CODE = ("attention/chunked_reference.py", "execution/measure/full_check.py", "execution/measure/gate.py")
 
@@ -83,7 +79,7 @@ def one_check(settings: dict) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    cfg = longca_config.validate(longca_config.merge_files([WORKFLOW_CONFIG, args.configfile]))
+    cfg = resolved(args.configfile)
     from longca import kernels
 
     config_masks = [e.name for e in longca_config.mask_entries(cfg)]

@@ -19,9 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
-
+from workflow_config import REPO  # noqa: E402  (longca from this checkout, where not installed)
 from timing_series import cell_probe_parser, specs  # noqa: E402  (the same cell names and settings)
 
 MIB = 2 ** 20

@@ -23,14 +23,14 @@ import shutil
 import sys
 from pathlib import Path
 
+from workflow_config import resolved
+
 from longca import config as config_mod
 from longca.execution.measure import ceilings as ceilings_mod
 from longca.results import parquet as results
 from longca.results import plots, tables
 from longca.results.report import Figures, render
 
-# The workflow's default config, which Snakemake reads before any --configfile.
-WORKFLOW_CONFIG = Path(__file__).resolve().parent.parent / "config" / "config.yaml"
 
 
 def main() -> int:
@@ -46,7 +46,7 @@ def main() -> int:
         ap.error(f"--cp {args.cp}: no such file")
     kept_cp = results.load(args.cp) if args.cp else None  # read first: it may be the file written below
 
-    config = config_mod.validate(config_mod.merge_files([WORKFLOW_CONFIG, *args.config]))
+    config = resolved(*args.config)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.results.suffix == ".parquet":
         if not args.results.is_file():

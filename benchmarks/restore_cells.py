@@ -45,14 +45,11 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-# The workflow's default config, which Snakemake reads before any --configfile.
-WORKFLOW_CONFIG = REPO / "config" / "config.yaml"
-sys.path.insert(0, str(REPO))
+from workflow_config import REPO, resolved
 
-from longca import config as config_mod  # noqa: E402
-from longca.execution import fingerprint  # noqa: E402
-from longca.execution.atomic import write_json_atomic  # noqa: E402
+from longca import config as config_mod
+from longca.execution import fingerprint
+from longca.execution.atomic import write_json_atomic
 
 CELLS = "results/cells/kernels/"
 # How an adapter's ``available()`` words a machine that cannot run the kernel at all (a library not
@@ -159,8 +156,8 @@ def restore(args) -> dict:
     from longca.execution.measure.cell import CellSpec
     from longca.execution.measure.parts import PARTS, part_key, part_settings
 
-    cfg = config_mod.validate(config_mod.merge_files([WORKFLOW_CONFIG, *args.config]))
-    reps_then = config_mod.validate(config_mod.merge_files([WORKFLOW_CONFIG, *args.measured_with]))["timing"]["reps"]
+    cfg = resolved(*args.config)
+    reps_then = resolved(*args.measured_with)["timing"]["reps"]
     cells = {c.path: c for c in config_mod.kernel_cells(cfg)}
     rows = read_archive(args.archive)
     kernels_seen = sorted({r["kernel"] for r, _ in rows.values()})

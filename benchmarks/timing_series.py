@@ -24,16 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-# The workflow's default config, which Snakemake reads before any --configfile.
-WORKFLOW_CONFIG = REPO / "config" / "config.yaml"
-sys.path.insert(0, str(REPO))
+from workflow_config import REPO, resolved
 
-from longca import config as longca_config  # noqa: E402
+from longca import config as longca_config
 
 
 def cell_probe_parser(doc: str) -> argparse.ArgumentParser:
@@ -57,7 +53,7 @@ def specs(configfile: Path, names: list[str]) -> list:
     """The cells' settings; a name that is no cell of the config stops the run before any work."""
     from longca.execution.measure.cell import CellSpec
 
-    cfg = longca_config.validate(longca_config.merge_files([WORKFLOW_CONFIG, configfile]))
+    cfg = resolved(configfile)
     try:
         cells = longca_config.named_cells(cfg, names)
     except longca_config.ConfigError as exc:

@@ -5,7 +5,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+# This checkout's longca, and the study scripts under benchmarks/ (importable as their own script
+# folder makes them when run: `import restore_cells`, which imports workflow_config beside it).
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
 # The harness's own failure kernels (test_wrong, test_oom) are registered for the tests, and for the
 # Snakemake and longca subprocesses the tests start (they inherit the environment).

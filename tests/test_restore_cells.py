@@ -145,7 +145,6 @@ def test_a_kernel_the_archived_machine_could_not_run_is_measured_again(archive, 
 def test_every_adapter_words_an_unavailable_kernel_as_restore_expects():
     """restore_cells.UNAVAILABLE must recognise what each adapter says on a machine that lacks it
     (this CPU machine lacks every GPU library and the GPU)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
     import restore_cells
 
     from longca import kernels

@@ -196,3 +196,35 @@ def test_the_folder_of_a_loaded_shared_library_is_found():
     libc = _loaded_library_dir("libc.so")
     assert libc and (Path(libc) / "libc.so.6").exists()
     assert _loaded_library_dir("libnothing-longca.so") is None
+
+
+def test_a_one_shot_backward_can_be_run_again_as_the_harness_times_it():
+    """TE's fused attention drops its backward state after one backward; te_fused keeps it so that
+    a retained graph's backward runs again (what timing a backward does).  Shown on a function
+    that drops its state the same way."""
+    from longca.kernels.transformer_engine_attn import keep_backward_state
+
+    class OneShot(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.backward_objects = {"scale": 3.0}
+            return x * 3.0
+
+        @staticmethod
+        def backward(ctx, grad):
+            scale = ctx.backward_objects["scale"]  # fails once the state is gone
+            ctx.backward_objects = None
+            return grad * scale
+
+    def twice(keep: bool):
+        x = torch.ones(4, requires_grad=True)
+        out = OneShot.apply(x).view(2, 2)  # a view in between, as TE's reshape
+        if keep:
+            assert keep_backward_state(out, "backward_objects")
+        return [torch.autograd.grad(out, x, torch.ones(2, 2), retain_graph=True)[0] for _ in range(2)]
+
+    with pytest.raises(TypeError):
+        twice(keep=False)
+    first, second = twice(keep=True)
+    assert torch.equal(first, torch.full((4,), 3.0)) and torch.equal(second, first)
+    assert not keep_backward_state(torch.ones(2, requires_grad=True) * 2, "backward_objects")

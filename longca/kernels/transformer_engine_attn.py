@@ -36,6 +36,29 @@ def _loaded_library_dir(name: str) -> str | None:
     return None
 
 
+def keep_backward_state(out: torch.Tensor, attribute: str, depth: int = 4) -> bool:
+    """Let autograd run the backward behind ``out`` more than once (``retain_graph=True``), as the
+    timing harness does, for a function that drops its state after one backward: TE's fused
+    attention sets ``ctx.backward_objects = None`` in its backward.  The state is put back before
+    each backward by a pre-hook on that node (found within ``depth`` nodes of ``out``); True if found.
+    """
+    stack = [(out.grad_fn, 0)]
+    while stack:
+        node, level = stack.pop()
+        if node is None or level > depth:
+            continue
+        if getattr(node, attribute, None) is not None:
+            state = getattr(node, attribute)
+
+            def restore(grad_outputs, node=node, state=state):
+                setattr(node, attribute, state)
+
+            node.register_prehook(restore)
+            return True
+        stack.extend((nxt, level + 1) for nxt, _ in node.next_functions)
+    return False
+
+
 @functools.lru_cache(maxsize=None)
 def _te():
     try:
@@ -104,6 +127,8 @@ class TransformerEngineAttention(Kernel):
                          cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=mx, max_seqlen_kv=mx)
         else:
             out = module(q, k, v)
+        if out.requires_grad:
+            keep_backward_state(out, "backward_objects")
         return out.reshape(b, s, hq, d)  # TE returns heads flattened into the hidden dimension
 
 

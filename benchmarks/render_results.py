@@ -32,7 +32,6 @@ from longca.results import plots, tables
 from longca.results.report import Figures, render
 
 
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path, help="a run's results/ folder (cells/kernels, cells/cp, ceilings.json), "
@@ -69,11 +68,11 @@ def main() -> int:
         if kept_cp is None:
             results.aggregate(cp_cells, args.out / "cp.parquet", schema=results.CP_SCHEMA)
             cp = results.load(args.out / "cp.parquet")
-        else:
-            cp = kept_cp
-            if args.cp.resolve() != (args.out / "cp.parquet").resolve():
-                shutil.copyfile(args.cp, args.out / "cp.parquet")
         ceilings = ceilings_mod.load(args.results / "ceilings.json")  # None when the run measured none
+    if kept_cp is not None:  # from a parquet or a results folder alike
+        cp = kept_cp
+        if args.cp.resolve() != (args.out / "cp.parquet").resolve():
+            shutil.copyfile(args.cp, args.out / "cp.parquet")
 
     # The config's mask order, keeping only masks with at least one finished cell.
     masks = [e.name for e in config_mod.mask_entries(config) if e.name in set(kernels["mask"])]

@@ -125,8 +125,7 @@ def side_by_side(kernel_name: str, spec: CellSpec, cell_ms: float, args) -> dict
                                  args.do_bench_defaults))
         if i < args.rounds - 1:
             # The harness's own function, its own fresh inputs (as in the cell), the prepared metadata reused.
-            t, _ = time_kernel(cached, problem, spec.warmup, spec.reps, args.loop_warmup_ms,
-                               spec.warmup_max_ms, spec.rep_ms, spec.cuda_graph)
+            t, _ = time_kernel(cached, problem, **{**spec.timing.harness_args(), "warmup_ms": args.loop_warmup_ms})
             harness_ms.append(t.median_ms)
     del prepared, cached
     if spec.device == "cuda":

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from . import cells
+from . import cells, timing_spec
 from .execution import kept_rows, progress, store  # light (no torch): run-cell's worker client must start fast
 
 
@@ -19,8 +19,8 @@ def _flag_settings(args: argparse.Namespace) -> dict:
     return {"kernel": args.kernel, "mask": args.mask, "seqlen": args.seqlen, "direction": args.direction,
             "dtype": args.dtype, "batch": args.batch, "heads_q": args.heads_q, "heads_kv": args.heads_kv,
             "head_dim": args.head_dim, "mask_params": json.loads(args.mask_params), "seed": args.seed,
-            "warmup": args.warmup, "warmup_ms": args.warmup_ms, "reps": args.reps, "gate_seqlen": args.gate_seqlen,
-            "device": args.device}
+            "gate_seqlen": args.gate_seqlen, "device": args.device,
+            **{name: getattr(args, name) for name in timing_spec.names()}}
 
 
 def _run_cell(args: argparse.Namespace) -> int:
@@ -251,10 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     cell.add_argument("--head-dim", type=int, default=64)
     cell.add_argument("--mask-params", default="{}", help="JSON object of mask parameters")
     cell.add_argument("--seed", type=int, default=0)
-    cell.add_argument("--warmup", type=int, default=2)
-    cell.add_argument("--reps", type=int, default=5)
-    cell.add_argument("--warmup-ms", type=float, default=0.0,
-                      help="keep warming up until this many ms have passed (GPU clocks settle)")
+    timing_spec.add_flags(cell)
     cell.add_argument("--gate-seqlen", type=int, default=512)
     cell.add_argument("--device", default="cpu")
     cell.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")

@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import jsonschema
 import yaml
 
+from . import timing_spec
 from .attention import masks, varlen
 from .cells import CPCell, KernelCell, cell_name  # noqa: F401 — the grid's cells, named in cells.py
 
@@ -344,8 +345,7 @@ def cp_cell_settings(config: dict, strategy: str, mask: str, tokens_per_rank: in
         "seqlen": int(tokens_per_rank) * int(cp_size), "cp_size": int(cp_size), "direction": direction,
         "dtype": dtype, "batch": config["batch"], "heads_q": config["heads_q"], "heads_kv": config["heads_kv"],
         "head_dim": config["head_dim"], "seed": config["seed"], "gate_seqlen": config["gate_seqlen"],
-        "warmup": config["timing"]["warmup"], "reps": config["timing"]["reps"], "device": config["device"],
-        **_cp_warmup_ms(config),
+        "device": config["device"], **timing_spec.cp_settings(config["timing"]),
     }
     options = config.get("cp_options", {}).get(strategy)
     if options:
@@ -353,23 +353,6 @@ def cp_cell_settings(config: dict, strategy: str, mask: str, tokens_per_rank: in
     if config.get("ranks_per_node"):
         settings["ranks_per_node"] = min(int(config["ranks_per_node"]), int(cp_size))
     return settings
-
-
-def _timing_budget(config: dict) -> dict:
-    """A kernel cell's time-based timing settings, each only when set: CPU cells keep the cache key
-    they had before time-based timing existed."""
-    budget = {key: float(config["timing"][key]) for key in ("warmup_ms", "warmup_max_ms", "rep_ms")
-              if config["timing"].get(key)}
-    if config["timing"].get("cuda_graph"):
-        budget["cuda_graph"] = True
-    return budget
-
-
-def _cp_warmup_ms(config: dict) -> dict:
-    """CP cells warm up by count and duration (every rank must make the same calls, so no per-rank
-    steadiness check): as long as a kernel cell's warm-up may last, ``warmup_max_ms``."""
-    ms = config["timing"].get("warmup_max_ms") or config["timing"].get("warmup_ms") or 0
-    return {"warmup_ms": float(ms)} if ms else {}
 
 
 def slurm_resources(config: dict) -> dict:
@@ -409,8 +392,7 @@ def cell_settings(config: dict, kernel: str, mask: str, seqlen: int, direction: 
         "seqlen": int(seqlen), "direction": direction, "dtype": dtype,
         "batch": config["batch"], "heads_q": config["heads_q"], "heads_kv": config["heads_kv"],
         "head_dim": config["head_dim"], "seed": config["seed"], "gate_seqlen": config["gate_seqlen"],
-        "warmup": config["timing"]["warmup"], "reps": config["timing"]["reps"], "device": config["device"],
-        **_timing_budget(config),
+        "device": config["device"], **timing_spec.kernel_settings(config["timing"]),
     }
     # Only when set: a kernel without options keeps the cache key it had before options existed.
     options = config.get("kernel_options", {}).get(kernel)

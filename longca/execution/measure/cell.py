@@ -23,10 +23,11 @@ from typing import Any, Callable
 
 import torch
 
-from ... import kernels
+from ... import kernels, timing_spec
 from ...attention.flops import attention_flops
 from ...attention.problem import ProblemSpec
 from ...kernels.base import Kernel, Unsupported
+from ...timing_spec import CountedTiming, TimingSpec
 from .. import fingerprint
 from ..store import Store
 from . import env, parts
@@ -38,26 +39,25 @@ STATUSES = ("ok", "unsupported", "oom", "wrong", "error", "timeout")
 
 
 @dataclass(frozen=True, kw_only=True)
-class MeasuredSpec(ProblemSpec):
+class MeasuredSpec(ProblemSpec, CountedTiming):
     """A problem and how a cell measures it: the settings kernel and CP cells share."""
 
-    warmup: int = 2
-    reps: int = 5
-    warmup_ms: float = 0.0      # and warm up for at least this long (GPU clocks settle; longca.execution.measure.timing)
     gate_seqlen: int = 512
 
 
 @dataclass(frozen=True, kw_only=True)
-class CellSpec(MeasuredSpec):
-    """Everything that determines a kernel cell's number (besides the code)."""
+class CellSpec(MeasuredSpec, TimingSpec):
+    """Everything that determines a kernel cell's number (besides the code): the problem, the gate's
+    length, the kernel and its options, and how it is timed (``timing``)."""
 
     SETTINGS_NAME = "cell"
 
     kernel: str
-    warmup_max_ms: float = 0.0  # > 0: warm up until steady, at most this long (longca.execution.measure.timing)
-    rep_ms: float = 0.0         # > 0: repeat until this much time is filled, at least ``reps`` times
-    cuda_graph: bool = False    # CUDA: time replays of the call captured in a graph (longca.execution.measure.graphed)
     kernel_options: dict[str, Any] = field(default_factory=dict)  # config kernel_options[kernel]
+
+    @property
+    def timing(self) -> TimingSpec:
+        return timing_spec.of(dataclasses.asdict(self))
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -80,8 +80,7 @@ def _release(device: torch.device, collect: bool) -> None:
 
 
 def _time(kernel: Kernel, problem, spec: "CellSpec") -> dict[str, Any]:
-    result, prepared = time_kernel(kernel, problem, spec.warmup, spec.reps, spec.warmup_ms,
-                                   spec.warmup_max_ms, spec.rep_ms, spec.cuda_graph)
+    result, prepared = time_kernel(kernel, problem, **spec.timing.harness_args())
     timed = dataclasses.asdict(result)
     # A graph replay allocates nothing: the harness's peak says what earlier calls left behind, not
     # what the call needs.  The memory part measures that.

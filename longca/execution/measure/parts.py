@@ -16,6 +16,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ... import timing_spec
+
 # Settings every part depends on: the problem and the kernel that solves it.
 PROBLEM_SETTINGS = ("kernel", "kernel_options", "mask", "pattern", "seqlen", "direction", "dtype", "batch",
                     "heads_q", "heads_kv", "head_dim", "mask_params", "seed", "device")
@@ -39,7 +41,7 @@ class Part:
 PARTS: dict[str, Part] = {p.name: p for p in (
     Part("gate", ("gate_seqlen",),
          ("attention/reference.py", "attention/masks/gate.py", "execution/measure/gate.py")),
-    Part("time", ("warmup", "reps", "warmup_ms", "warmup_max_ms", "rep_ms", "cuda_graph"),
+    Part("time", timing_spec.names(),
          ("execution/measure/timing.py", "execution/measure/graphed.py", "execution/measure/timed.py")),
     Part("memory", (),
          ("execution/measure/memory.py",)),

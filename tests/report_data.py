@@ -113,3 +113,18 @@ CEILINGS = {"version": 1, "device": "cuda", "device_name": "Synthetic GPU", "cpu
             "matmul": [{"kind": "matmul", "dtype": "bfloat16", "n": 8192, "tflops": 3.0, "tflops_p20": 2.9,
                         "tflops_p80": 3.1, "median_ms": 1.0, "p20_ms": 1.03, "p80_ms": 0.97, "flops": 1.1e12,
                         "warmup": 3, "reps": 10}]}
+
+
+def figures(out, kernels: pd.DataFrame, cp: pd.DataFrame):
+    """Every kind of figure the report shows, drawn from these tables into folder ``out``: the
+    matrix, throughput and memory for two masks, CP scaling and efficiency for one."""
+    from longca.results import plots, report
+
+    figs = report.Figures(matrix=str(out / "matrix.png"))
+    plots.save(plots.kernel_mask_matrix_figure(kernels), figs.matrix)
+    for mask in ("causal", "sliding"):
+        figs.throughput[mask], figs.memory[mask] = str(out / f"k_{mask}.png"), str(out / f"m_{mask}.png")
+        plots.kernel_figures(kernels, mask, figs.throughput[mask], figs.memory[mask], ceilings=CEILINGS)
+    figs.cp_scaling["causal"], figs.cp_efficiency["causal"] = str(out / "cps.png"), str(out / "cpe.png")
+    plots.cp_figures(cp, kernels, "causal", figs.cp_scaling["causal"], figs.cp_efficiency["causal"], CEILINGS)
+    return figs

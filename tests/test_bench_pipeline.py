@@ -10,16 +10,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+import tiny
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = importlib.util.spec_from_file_location("bench_pipeline", REPO / "benchmarks" / "bench_pipeline.py")
 bench_pipeline = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(bench_pipeline)
 
-TINY = {"device": "cpu", "threads": 1, "kernels": ["sdpa", "sdpa_math"], "masks": ["full", "causal"],
-        "seqlens": [64, 128], "directions": ["fwd"], "dtypes": ["float32"], "batch": 1, "heads_q": 2,
-        "heads_kv": 1, "head_dim": 16, "seed": 0, "gate_seqlen": 64, "timing": {"warmup": 1, "reps": 3},
-        "cp_strategies": [], "isolation": "resident"}  # the GPU default, on the CPU lane
+TINY = tiny.grid(kernels=["sdpa", "sdpa_math"], seqlens=[64, 128], heads_kv=1, timing={"warmup": 1, "reps": 3},
+                 isolation="resident")  # the GPU default, on the CPU lane
 
 
 def test_next_chunk_prediction_grows_with_the_last_two_chunks():

@@ -11,11 +11,10 @@ import torch
 import yaml
 
 from longca.attention import chunked_reference, masks, reference
+import tiny
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = {"device": "cpu", "threads": 1, "kernels": ["sdpa"], "masks": ["causal", "varlen_causal"],
-        "seqlens": [64], "directions": ["fwd", "bwd"], "dtypes": ["float32"], "batch": 1, "heads_q": 2,
-        "heads_kv": 1, "head_dim": 16, "seed": 1, "gate_seqlen": 64, "cp_strategies": []}
+TINY = tiny.grid(masks=["causal", "varlen_causal"], directions=["fwd", "bwd"], heads_kv=1, seed=1, timing=None)
 
 
 @pytest.mark.parametrize("name", sorted(masks.PATTERNS))

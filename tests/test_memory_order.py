@@ -6,11 +6,10 @@ import sys
 from pathlib import Path
 
 import yaml
+import tiny
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = {"device": "cpu", "threads": 1, "kernels": ["sdpa"], "masks": ["full", "causal"],
-        "seqlens": [64], "directions": ["fwd", "bwd"], "dtypes": ["float32"], "batch": 1, "heads_q": 2,
-        "heads_kv": 1, "head_dim": 16, "seed": 0, "gate_seqlen": 64, "cp_strategies": []}
+TINY = tiny.grid(directions=["fwd", "bwd"], heads_kv=1, timing=None)
 
 
 def test_each_cell_is_measured_first_in_one_process_and_last_in_the_other(tmp_path):

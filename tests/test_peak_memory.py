@@ -5,15 +5,14 @@ import json
 from pathlib import Path
 
 import yaml
+import tiny
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = importlib.util.spec_from_file_location("peak_memory", REPO / "benchmarks" / "peak_memory.py")
 peak_memory = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(peak_memory)
 
-TINY = {"device": "cpu", "threads": 1, "kernels": ["sdpa"], "masks": ["full", "causal"],
-        "seqlens": [64], "directions": ["fwd", "bwd"], "dtypes": ["float32"], "batch": 1, "heads_q": 2,
-        "heads_kv": 1, "head_dim": 16, "seed": 0, "gate_seqlen": 64, "cp_strategies": []}
+TINY = tiny.grid(directions=["fwd", "bwd"], heads_kv=1, timing=None)
 
 
 def test_each_cell_runs_as_configured_then_eagerly(tmp_path):

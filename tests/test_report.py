@@ -12,7 +12,7 @@ import pytest
 from pathlib import Path
 import report_data as rd
 
-from longca.results import plots, report, tables
+from longca.results import report, tables
 
 HOSTILE_CONFIG = {"kernels": ["fast_kernel"], "masks": ["causal"], "note": "</pre><script>alert(1)</script>",
                   "kernel_options": {"fast_kernel": {"mode": "<b onmouseover=alert(2)>x</b>"}},
@@ -70,16 +70,7 @@ class Page(HTMLParser):
 
 @pytest.fixture(scope="module")
 def figures(tmp_path_factory):
-    out = tmp_path_factory.mktemp("figs")
-    k, cp = rd.kernels_df(hostile=True), rd.cp_df()
-    figs = report.Figures(matrix=str(out / "matrix.png"))
-    plots.save(plots.kernel_mask_matrix_figure(k), figs.matrix)
-    for mask in ("causal", "sliding"):
-        figs.throughput[mask], figs.memory[mask] = str(out / f"k_{mask}.png"), str(out / f"m_{mask}.png")
-        plots.kernel_figures(k, mask, figs.throughput[mask], figs.memory[mask], ceilings=rd.CEILINGS)
-    figs.cp_scaling["causal"], figs.cp_efficiency["causal"] = str(out / "cps.png"), str(out / "cpe.png")
-    plots.cp_figures(cp, k, "causal", figs.cp_scaling["causal"], figs.cp_efficiency["causal"], rd.CEILINGS)
-    return figs
+    return rd.figures(tmp_path_factory.mktemp("figs"), rd.kernels_df(hostile=True), rd.cp_df())
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import report_data as rd
 from browser import Chromium, chromium  # noqa: F401 — chromium is a fixture
 from PIL import Image
 
-from longca.results import plots, report
+from longca.results import report
 
 pytestmark = pytest.mark.slow
 WIDTH, HEIGHT = 1280, 900
@@ -21,13 +21,7 @@ def report_url(tmp_path_factory):
     """A report with every kind of figure, failed cells, CP rows and hostile text in a reason."""
     out = tmp_path_factory.mktemp("browser-report")
     k, cp = rd.kernels_df(hostile=True), rd.cp_df()
-    figs = report.Figures(matrix=str(out / "matrix.png"))
-    plots.save(plots.kernel_mask_matrix_figure(k), figs.matrix)
-    for mask in ("causal", "sliding"):
-        figs.throughput[mask], figs.memory[mask] = str(out / f"k_{mask}.png"), str(out / f"m_{mask}.png")
-        plots.kernel_figures(k, mask, figs.throughput[mask], figs.memory[mask], ceilings=rd.CEILINGS)
-    figs.cp_scaling["causal"], figs.cp_efficiency["causal"] = str(out / "cps.png"), str(out / "cpe.png")
-    plots.cp_figures(cp, k, "causal", figs.cp_scaling["causal"], figs.cp_efficiency["causal"], rd.CEILINGS)
+    figs = rd.figures(out, k, cp)
     path = report.render(k, out / "report.html", cp=cp, figures=figs, ceilings=rd.CEILINGS,
                          config={"note": "<script>window.__pwned = 3</script>"})
     return path.resolve().as_uri()

@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 
 from longca.execution import resident
+import tiny
 
-SETTINGS = {"mask": "causal", "seqlen": 64, "direction": "fwd", "dtype": "float32", "batch": 1,
-            "heads_q": 2, "heads_kv": 2, "head_dim": 16, "gate_seqlen": 64, "warmup": 1, "reps": 2,
-            "device": "cpu"}
+SETTINGS = tiny.cell()
 
 
 @pytest.fixture

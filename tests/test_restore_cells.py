@@ -12,12 +12,9 @@ import tarfile
 
 import pytest
 from snakemake_run import REPO, cell_files, planned_cells, snakemake, write_config
+import tiny
 
-CONFIG = {
-    "device": "cpu", "threads": 1, "kernels": ["sdpa"], "masks": ["full", "causal"], "seqlens": [64],
-    "directions": ["fwd"], "dtypes": ["float32"], "heads_q": 2, "heads_kv": 2, "head_dim": 16,
-    "gate_seqlen": 64, "timing": {"warmup": 1, "reps": 2}, "cp_strategies": [],
-}
+CONFIG = tiny.grid()
 CELLS = {f"results/cells/kernels/sdpa/{m}/float32_fwd_64.json" for m in ("full", "causal")}
 HEAD = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 

@@ -11,17 +11,16 @@ import yaml
 from snakemake_run import REPO, snakemake, write_config
 
 from longca.status import parse_summary, why_stale
+import tiny
 
 pytestmark = pytest.mark.slow
 
-CONFIG = {
-    "device": "cpu", "threads": 1, "kernels": ["sdpa_math"], "masks": ["full", "causal"], "seqlens": [64],
-    "directions": ["fwd"], "heads_q": 2, "heads_kv": 2, "head_dim": 16, "gate_seqlen": 64,
-    "timing": {"warmup": 1, "reps": 2},
+CONFIG = tiny.grid(
+    kernels=["sdpa_math"], dtypes=None,
     # One CP cell, never measured: status counts CP cells apart.
-    "cp_strategies": ["ring"], "cp_sizes": [2], "cp_tokens_per_rank": [32], "cp_masks": ["causal"],
-    "cp_options": {"ring": {"local_kernel": "sdpa_math"}},
-}
+    cp_strategies=["ring"], cp_sizes=[2], cp_tokens_per_rank=[32], cp_masks=["causal"],
+    cp_options={"ring": {"local_kernel": "sdpa_math"}},
+)
 MEASURED = "results/cells/kernels/sdpa_math/full/float32_fwd_64.json"
 
 

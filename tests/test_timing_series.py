@@ -6,15 +6,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+import tiny
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = importlib.util.spec_from_file_location("timing_series", REPO / "benchmarks" / "timing_series.py")
 timing_series = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(timing_series)
 
-TINY = {"device": "cpu", "threads": 1, "kernels": ["sdpa"], "masks": ["full", "causal"], "seqlens": [64],
-        "directions": ["fwd", "bwd"], "dtypes": ["float32"], "batch": 1, "heads_q": 2, "heads_kv": 1,
-        "head_dim": 16, "seed": 0, "gate_seqlen": 64, "cp_strategies": []}
+TINY = tiny.grid(directions=["fwd", "bwd"], heads_kv=1, timing=None)
 
 
 def test_each_round_keeps_every_sample_of_both_ways(tmp_path):

@@ -5,18 +5,15 @@ import pytest
 from snakemake_run import snakemake, write_config
 
 from longca.results.parquet import CP_SCHEMA, load
+import tiny
 
 pytestmark = pytest.mark.slow
 
-CONFIG = {
-    "device": "cpu", "threads": 1,
-    "kernels": ["sdpa", "test_segfault", "test_abort", "test_hang", "test_hog"],
-    "masks": ["causal"], "seqlens": [64], "directions": ["fwd"], "dtypes": ["float32"],
-    "heads_q": 2, "heads_kv": 2, "head_dim": 16, "gate_seqlen": 64,
-    "timing": {"warmup": 1, "reps": 2},
-    "limits": {"cell_timeout_s": 2, "cell_memory_mb": 256},
-    "cp_strategies": [],  # the default grid's CP cells would merge in; the CP table must exist without them
-}
+CONFIG = tiny.grid(
+    kernels=["sdpa", "test_segfault", "test_abort", "test_hang", "test_hog"], masks=["causal"],
+    limits={"cell_timeout_s": 2, "cell_memory_mb": 256},
+    cp_strategies=[],  # the default grid's CP cells would merge in; the CP table must exist without them
+)
 EXPECTED = {"sdpa": ("ok", None), "test_segfault": ("error", "SIGSEGV"), "test_abort": ("error", "SIGABRT"),
             "test_hang": ("timeout", "cell_timeout_s"), "test_hog": ("oom", "can't allocate memory")}
 

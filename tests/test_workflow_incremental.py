@@ -13,17 +13,14 @@ import pytest
 from snakemake_run import REPO, cell_files, command, planned_cells, snakemake, write_config
 
 from longca.results.parquet import load
+import tiny
 
 pytestmark = pytest.mark.slow
 
-BASE = {
-    "device": "cpu", "threads": 1,
-    "kernels": ["sdpa", "test_sleep"], "masks": ["full"], "seqlens": [64],
-    "directions": ["fwd"], "dtypes": ["float32"],
-    "heads_q": 2, "heads_kv": 2, "head_dim": 16, "gate_seqlen": 64,
-    "timing": {"warmup": 1, "reps": 2},
-    "cp_strategies": [],  # the default grid's CP cells would merge in; CP has its own tests
-}
+BASE = tiny.grid(
+    kernels=["sdpa", "test_sleep"], masks=["full"],
+    cp_strategies=[],  # the default grid's CP cells would merge in; CP has its own tests
+)
 SDPA = "results/cells/kernels/sdpa/full/float32_fwd_64.json"
 SLEEP = "results/cells/kernels/test_sleep/full/float32_fwd_64.json"
 

@@ -144,6 +144,24 @@ def best_per_kernel_mask(df: pd.DataFrame) -> pd.DataFrame:
                                           "n_cells"])
 
 
+def _at_longest(group: pd.DataFrame, ok: pd.DataFrame, value: str, name: str,
+                tie_margin: float) -> tuple[pd.DataFrame, dict]:
+    """The ``ok`` rows at the longest length any has a number, best first, and what an entry of
+    ``best_kernels`` / ``best_strategies`` says of them: the runner-up and the contest (when there is
+    one), and a ``note`` when longer lengths of ``group`` have no number."""
+    longest = int(ok["seqlen"].max())
+    at = ok[ok["seqlen"] == longest].sort_values(value, ascending=False)
+    said: dict = {}
+    if len(at) > 1:
+        second = at.iloc[1]
+        said.update(runner_up=second[name], runner_up_tflops=second[value], **contest(at, value, name, tie_margin))
+    if longest < int(group["seqlen"].max()):
+        failed = group[group["seqlen"] > longest]
+        said["note"] = (f"no {name} produced a number above {seqlen_label(longest)} ("
+                        + status_summary(failed["status"]) + ")")
+    return at, said
+
+
 def best_kernels(df: pd.DataFrame, masks: list[str] | None = None, tie_margin: float = 0.0) -> list[dict]:
     """The fastest correct kernel per (mask, direction, dtype), at the longest seqlen where any
     kernel produced a number; with the runner-up there, and at how many lengths it was fastest.
@@ -163,23 +181,16 @@ def best_kernels(df: pd.DataFrame, masks: list[str] | None = None, tie_margin: f
             entry["note"] = "no kernel produced a number (" + status_summary(group["status"]) + ")"
             best.append(entry)
             continue
-        longest = int(ok["seqlen"].max())
-        at = ok[ok["seqlen"] == longest].sort_values("tflops", ascending=False)
+        at, contested = _at_longest(group, ok, "tflops", "kernel", tie_margin)
         top = at.iloc[0]
         winners = ok.loc[ok.groupby("seqlen")["tflops"].idxmax(), "kernel"]
-        entry.update(kernel=top["kernel"], seqlen=longest, tflops=float(top["tflops"]),
+        entry.update(kernel=top["kernel"], seqlen=int(top["seqlen"]), tflops=float(top["tflops"]),
                      tflops_p20=top["tflops_p20"], tflops_p80=top["tflops_p80"], cell_id=top["cell_id"],
-                     wins=int((winners == top["kernel"]).sum()), lengths=len(winners))
+                     wins=int((winners == top["kernel"]).sum()), lengths=len(winners), **contested)
         if len(at) > 1:
             second = at.iloc[1]
-            entry.update(runner_up=second["kernel"], runner_up_tflops=second["tflops"],
-                         runner_up_cell_id=second["cell_id"],
-                         ratio=float(top["tflops"]) / float(second["tflops"]) if second["tflops"] else None,
-                         **contest(at, "tflops", "kernel", tie_margin))
-        if longest < entry["longest_grid"]:
-            failed = group[group["seqlen"] > longest]
-            entry["note"] = (f"no kernel produced a number above {seqlen_label(longest)} ("
-                             + status_summary(failed["status"]) + ")")
+            entry.update(runner_up_cell_id=second["cell_id"],
+                         ratio=float(top["tflops"]) / float(second["tflops"]) if second["tflops"] else None)
         best.append(entry)
     order = mask_order(df, masks)
     best.sort(key=lambda e: order.index(e["mask"]))
@@ -454,21 +465,12 @@ def best_strategies(cp: pd.DataFrame, masks: list[str] | None = None, tie_margin
             entry["note"] = "no strategy produced a number (" + status_summary(group["status"]) + ")"
             best.append(entry)
             continue
-        longest = int(ok["seqlen"].max())
-        at = ok[ok["seqlen"] == longest].sort_values("tflops_per_gpu", ascending=False)
+        at, contested = _at_longest(group, ok, "tflops_per_gpu", "strategy", tie_margin)
         top = at.iloc[0]
         tpr = top["tokens_per_rank"] if "tokens_per_rank" in top and pd.notna(top["tokens_per_rank"]) else None
-        entry.update(strategy=top["strategy"], local_kernel=top["local_kernel"], seqlen=longest,
+        entry.update(strategy=top["strategy"], local_kernel=top["local_kernel"], seqlen=int(top["seqlen"]),
                      tokens_per_rank=tpr, tflops_per_gpu=top["tflops_per_gpu"], efficiency=top["efficiency"],
-                     baseline_note=top["baseline_note"], cell_id=top["cell_id"])
-        if len(at) > 1:
-            second = at.iloc[1]
-            entry.update(runner_up=second["strategy"], runner_up_tflops=second["tflops_per_gpu"],
-                         **contest(at, "tflops_per_gpu", "strategy", tie_margin))
-        if longest < int(group["seqlen"].max()):
-            failed = group[group["seqlen"] > longest]
-            entry["note"] = (f"no strategy produced a number above {seqlen_label(longest)} ("
-                             + status_summary(failed["status"]) + ")")
+                     baseline_note=top["baseline_note"], cell_id=top["cell_id"], **contested)
         best.append(entry)
     order = mask_order(cp, masks)
     best.sort(key=lambda e: (order.index(e["mask"]), e["cp_size"]))

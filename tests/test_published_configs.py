@@ -115,9 +115,11 @@ def test_render_results_names_a_missing_parquet(tmp_path):
 def test_each_published_stage_measures_cells_of_its_table_with_the_table_settings(stage):
     """A stage file (gpu_grid.sh --overrides) narrows the published grid: it must name only cells of
     that run's table (config/gpu.yaml + its overrides.yaml) and give each the settings the table
-    keeps, or its rows would be cells of another grid (and restore_cells.py would drop them)."""
-    table = config.validate(config.merge_files([REPO / "config" / "config.yaml", REPO / "config" / "gpu.yaml", stage.parent / "overrides.yaml"]))
-    narrowed = config.validate(config.merge_files([REPO / "config" / "config.yaml", REPO / "config" / "gpu.yaml", stage]))
+    keeps, or its rows would be cells of another grid (and restore_cells.py would drop them).  A
+    stage narrows the table's grid as it was: over its overrides (the kernels it had then)."""
+    grid = [REPO / "config" / "config.yaml", REPO / "config" / "gpu.yaml", stage.parent / "overrides.yaml"]
+    table = config.validate(config.merge_files(grid))
+    narrowed = config.validate(config.merge_files(grid + [stage]))
     table_cells = set(config.kernel_cells(table))
     cells = list(config.kernel_cells(narrowed))
     assert cells, f"{stage.name} names no cell"

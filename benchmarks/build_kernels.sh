@@ -6,6 +6,7 @@
 #
 #   bash benchmarks/build_kernels.sh OUT_DIR [fa2] [te] [fa3]      (default: all three)
 #   bash benchmarks/build_kernels.sh OUT_DIR pack                  (only re-pack OUT_DIR/wheels)
+#   OUT_REL=.gpu-bundles/ffa bash benchmarks/build_kernels.sh .gpu-bundles/ffa ffa   (MagiAttention FFA: own OUT_DIR)
 #
 # Needs: Linux x86_64, a Python 3.12 (python3.12 on PATH, pyenv, or PY312=/path/to/python3.12), gcc,
 # git, xz, network to PyPI (and github.com for fa3, unless FA3_GIT_DIR/CUTLASS_GIT_DIR name local
@@ -30,6 +31,16 @@
 #        modules flash_attn_interface + flash_attn_3._C; sm_90a; bf16, hdim 128, no fp16/fp8/split/
 #        paged/appendkv/softcap/packgqa/cluster/sm80; local, varlen, backward kept.   8 min here
 #        (4 files; beside the TE build)
+#   ffa  MagiAttention (MAGI_COMMIT, CUTLASS at its csrc/cutlass submodule commit), module magi_attention:
+#        flex_flash_attn_func's kernels are JIT-built at first call unless magi_attention/lib/<uri>/<uri>.so
+#        exists (JitSpec.build_and_load checks that AOT dir first): the two variants that a default call
+#        with bf16 q/k/v, head dim 128 asks for (fwd: out fp32, atomic, 128x128 tiles; bwd: dq/dk/dv fp32,
+#        atomic) are compiled there for sm_90a (JIT flags, via MagiAttention's own JitSpec), + magi_attn_ext
+#        (upstream CMake; here torch cpp_extension, same sources and flags, sm_90, + -fopenmp).  No
+#        magi_attn_comm (NVSHMEM group collectives, only for distributed attention).  Packed as a wheel
+#        (no csrc/cutlass: any other variant would need nvcc at first use and fails), + einops, debugpy,
+#        packaging.  18 min here, MAX_JOBS=1 and nothing beside it (magi_attn_ext 7 files 6.5 min; FFA
+#        3 common files + fwd 6 min, bwd 2.5 min); MAGI_GIT_DIR / CUTLASS_GIT_DIR: local git dirs.
 # Times: this container (2 cores, 24 GB; nice 19, MAX_JOBS=2), 2026-11-25, sources and toolchain
 # already downloaded; the first run also downloads ~4 GB (torch 2.11.0 + CUDA 13.0 wheels).
 set -euo pipefail
@@ -60,6 +71,11 @@ TE_VERSION=2.20.2
 TE_PY_DEPS="pydantic==2.11.10 pydantic-core==2.33.2 annotated-types==0.7.0 typing-inspection==0.4.1"
 FA3_COMMIT=0251105a2fb19d2957484b7f023cd8c115286ced       # flash-attention main, 2026-08-15 (FA3 3.0.0)
 CUTLASS_COMMIT=7127592069c2fe01b041e174ba4345ef9b279671   # its csrc/cutlass submodule (v4.3.0-48)
+MAGI_COMMIT=2c6413571c2cac6a80d1f85a434c6713fe0f5286      # MagiAttention main, 2026-05-28
+MAGI_CUTLASS_COMMIT=81a43e6d92cdd8c20d22392f9579604ed5f710a1   # its magi_attention/csrc/cutlass submodule
+MAGI_VERSION=1.1.1+g2c64135     # versioningit's default-version + commit (no git work tree here)
+FFA_PY_DEPS="einops==0.8.2 debugpy==1.8.22 packaging==26.4"   # imported by magi_attention at import time
+                                # (+ torch, jinja2, filelock, numpy, triton: there with torch 2.11)
 FA3_FLAGS="BACKWARD=FALSE SM80=TRUE FP16=TRUE FP8=TRUE HDIM64=TRUE HDIM96=TRUE HDIM192=TRUE HDIM256=TRUE
   HDIMDIFF64=TRUE HDIMDIFF192=TRUE SPLIT=TRUE PAGEDKV=TRUE APPENDKV=TRUE SOFTCAP=TRUE PACKGQA=TRUE
   CLUSTER=TRUE LOCAL=FALSE VARLEN=FALSE"                  # -> FLASH_ATTENTION_DISABLE_<X>=<value>
@@ -218,6 +234,89 @@ build_fa3() {
   log "fa3 built in $(( (SECONDS - t0) / 60 )) min"
 }
 
+# ---- MagiAttention FFA ------------------------------------------------------------------------------
+write_ffa_tools() {  # $1: dir for ffa_aot.py and build_ext.py
+  cat > "$1/ffa_aot.py" <<'EOF'
+# Render + compile FFA JIT variants into magi_attention/lib/<uri>/<uri>.so (the AOT dir that
+# JitSpec.build_and_load loads before it would compile), with MagiAttention's own JitSpec and flags.
+# No GPU needed; magi_attn_ext is stubbed (used only in profile mode).  usage: ffa_aot.py SRC fwd bwd
+import sys, types, shutil, pathlib, time
+src = pathlib.Path(sys.argv[1]).resolve()
+def stub(name, path=None):
+    m = types.ModuleType(name)
+    if path is not None: m.__path__ = [str(path)]
+    sys.modules[name] = m; return m
+pkg = src / "magi_attention"   # package stubs: skip magi_attention/__init__.py (needs magi_attn_ext)
+stub("magi_attention", pkg); stub("magi_attention.common", pkg / "common"); stub("magi_attention.functional", pkg / "functional")
+sys.modules["magi_attention"].magi_attn_ext = stub("magi_attention.magi_attn_ext")
+import torch
+from magi_attention.common.jit import env as jit_env
+from magi_attention.functional import _flex_flash_attn_jit as J
+bf16, f32 = torch.bfloat16, torch.float32
+# what flex_flash_attn_func(q, k, v, q_ranges, k_ranges, attn_type_map) with default flags asks for
+cfg = {"fwd": dict(direction="fwd", head_dim=128, compute_dtype=bf16, output_dtype=f32, softcap=False,
+                   disable_atomic_reduction=False, deterministic=False),
+       "bwd": dict(direction="bwd", head_dim=128, compute_dtype=bf16, output_dtype=None, softcap=False,
+                   disable_atomic_reduction=False, deterministic=False, dq_dtype=f32, dkv_dtype=f32)}
+for d in sys.argv[2:]:
+    spec, uri = J.get_ffa_jit_spec(arch=(9, 0), **cfg[d])
+    t0 = time.time(); spec.build()
+    so = spec.workspace_path / f"{uri}.so"; out = jit_env.MAGI_ATTENTION_AOT_DIR / uri
+    out.mkdir(parents=True, exist_ok=True); shutil.copy2(so, out / so.name)
+    print(f"{uri}: {time.time() - t0:.0f} s, {so.stat().st_size} bytes", flush=True)
+EOF
+  cat > "$1/build_ext.py" <<'EOF'
+# magi_attn_ext: upstream builds it with CMake (csrc/extensions/CMakeLists.txt); here torch's
+# cpp_extension with the same sources and flags, + -fopenmp (dyn_solver_alg.cpp; torch brings libgomp).
+# usage: build_ext.py SRC BUILD_DIR -> SRC/magi_attention/magi_attn_ext.cpython-312-x86_64-linux-gnu.so
+import sys, glob, shutil, sysconfig, time, pathlib
+from torch.utils.cpp_extension import load
+src = pathlib.Path(sys.argv[1]).resolve(); bd = pathlib.Path(sys.argv[2]).resolve(); bd.mkdir(parents=True, exist_ok=True)
+ext = src / "magi_attention/csrc/extensions"; t0 = time.time()
+try:
+    load(name="magi_attn_ext", sources=sorted(glob.glob(f"{ext}/*.cpp") + glob.glob(f"{ext}/*.cu")),
+         build_directory=str(bd), verbose=True, is_python_module=True,
+         extra_include_paths=[str(ext), str(src / "magi_attention/csrc/common")],
+         extra_cflags=["-O3", "-Wno-unused-variable", "-std=c++17", "-fopenmp"],
+         extra_cuda_cflags=["-O3", "--use_fast_math", "-lineinfo", "-DNDEBUG", "-std=c++17"],
+         extra_ldflags=["-fopenmp"])
+except ImportError as e:  # built, but may not import here
+    print("import after build:", e)
+dst = src / "magi_attention" / ("magi_attn_ext" + sysconfig.get_config_var("EXT_SUFFIX"))
+shutil.copy2(bd / "magi_attn_ext.so", dst); print(f"magi_attn_ext: {time.time() - t0:.0f} s -> {dst}")
+EOF
+}
+
+build_ffa() {
+  local d=$WORK/ffa t0=$SECONDS s
+  rm -rf "$d" && mkdir -p "$d/tools"
+  git_export https://github.com/SandAI-org/MagiAttention "$MAGI_COMMIT" "${MAGI_GIT_DIR:-}" "$d/src" magi_attention LICENSE
+  git_export https://github.com/NVIDIA/cutlass "$MAGI_CUTLASS_COMMIT" "${CUTLASS_GIT_DIR:-}" \
+    "$d/src/magi_attention/csrc/cutlass" include tools/util/include
+  write_ffa_tools "$d/tools"
+  s=$d/src
+  ( cd "$d" &&
+    TORCH_CUDA_ARCH_LIST=9.0 $NICE "$PY" tools/build_ext.py "$s" "$d/ext-build" > "$d/build_ext.log" 2>&1 &&
+    TORCH_CUDA_ARCH_LIST=9.0a NVCC_THREADS=1 MAGI_ATTENTION_WORKSPACE_BASE=$d/ws \
+      $NICE "$PY" tools/ffa_aot.py "$s" fwd bwd > "$d/build.log" 2>&1 ) ||
+    { tail -40 "$d/build_ext.log" "$d/build.log" 2>/dev/null; exit 1; }
+  # wheel: the Python package + magi_attn_ext + lib/<uri>/<uri>.so + the jinja templates (read at every
+  # call); without CUTLASS, grpcoll sources and the upstream CMake build folder
+  local w=$d/wheel di=$d/wheel/magi_attention-$MAGI_VERSION.dist-info
+  rm -rf "$w" && mkdir -p "$di"
+  cp -r "$s/magi_attention" "$w/"
+  rm -rf "$w/magi_attention/csrc/cutlass" "$w/magi_attention/csrc/comm" "$w/magi_attention/functional/flash-attention"
+  find "$w" -name __pycache__ -prune -exec rm -rf {} +
+  echo "__version__ = \"$MAGI_VERSION\"" > "$w/magi_attention/_version.py"
+  cp "$s/LICENSE" "$di/"
+  printf 'Metadata-Version: 2.1\nName: magi_attention\nVersion: %s\nSummary: MagiAttention %s, FFA prebuilt for sm_90a bf16 hdim 128 (LongCA build_kernels.sh)\nRequires-Python: >=3.10\n' \
+    "$MAGI_VERSION" "$MAGI_COMMIT" > "$di/METADATA"
+  printf 'Wheel-Version: 1.0\nGenerator: build_kernels.sh\nRoot-Is-Purelib: false\nTag: cp312-cp312-linux_x86_64\n' > "$di/WHEEL"
+  mkdir -p "$OUT/wheels" && "$PY" -m wheel pack -d "$OUT/wheels" "$w" >&2
+  $PIP download -q --no-deps --only-binary=:all: --python-version 3.12 --platform any -d "$OUT/wheels" $FFA_PY_DEPS
+  log "ffa built in $(( (SECONDS - t0) / 60 )) min"
+}
+
 # ---- packing for the GPU machine ---------------------------------------------------------------------------
 write_installer() {
   cat > "$OUT/install_kernels.sh" <<'EOF'
@@ -283,6 +382,7 @@ pack() {
 
 write_install_txt() {  # $1: number of parts
   local k rel=${OUT_REL:-.gpu-bundles/kernels}
+  have() { ls "$OUT"/wheels/"$1"*.whl >/dev/null 2>&1; }
   {
     echo "Attention-kernel wheels for a GPU machine (Python 3.12, torch 2.11.0+cu130, H100/H200, no network),"
     echo "built by benchmarks/build_kernels.sh ($(date -u +%F)).  Wheels: wheels/ (here only); parts for copying: part1..part$1."
@@ -291,7 +391,7 @@ write_install_txt() {  # $1: number of parts
     for k in $(seq 1 "$1"); do
       echo "  bash $rel/part$k/install_kernels.sh $rel/part$k /tmp/site"
     done
-    echo "part1 alone gives FA2 and FA3 (and TE's small wheels); TE needs all parts (its core wheel is split)."
+    have flash_attn_3 && echo "part1 alone gives FA2 and FA3 (and TE's small wheels); TE needs all parts (its core wheel is split)."
     echo "then, in every shell that runs LongCA there:"
     echo "  export PYTHONPATH=/tmp/site:\$PYTHONPATH"
     echo "(with FlashAttention-4 from cutlass-dsl wheels in /tmp/site too, add /tmp/site/nvidia_cutlass_dsl/dsl_packages)"
@@ -304,9 +404,22 @@ write_install_txt() {  # $1: number of parts
     echo "but pip --target does not merge into an existing flash_attn/ (FA4's flash_attn/cute): merge by hand as above."
     echo
     echo "Import names:"
-    echo "  FA2: flash_attn (flash_attn_func, flash_attn_varlen_func), extension flash_attn_2_cuda"
-    echo "  FA3: flash_attn_interface (flash_attn_func, flash_attn_varlen_func), extension flash_attn_3._C (torch.ops.flash_attn_3)"
-    echo "  TE:  transformer_engine.pytorch (DotProductAttention), extension transformer_engine_torch, core transformer_engine/wheel_lib/libtransformer_engine.so"
+    have flash_attn- && echo "  FA2: flash_attn (flash_attn_func, flash_attn_varlen_func), extension flash_attn_2_cuda"
+    have flash_attn_3 && echo "  FA3: flash_attn_interface (flash_attn_func, flash_attn_varlen_func), extension flash_attn_3._C (torch.ops.flash_attn_3)"
+    have transformer_engine_torch && echo "  TE:  transformer_engine.pytorch (DotProductAttention), extension transformer_engine_torch, core transformer_engine/wheel_lib/libtransformer_engine.so"
+    if have magi_attention; then
+      echo "  FFA: magi_attention.functional.flex_flash_attn_func (MagiAttention $MAGI_COMMIT), extension"
+      echo "       magi_attention.magi_attn_ext; kernels magi_attention/lib/<uri>/<uri>.so, loaded at first call:"
+      ls "$WORK"/ffa/src/magi_attention/lib 2>/dev/null | sed 's/^/         /'
+      echo "       only bf16, head dim 128, fwd+bwd with default flags (atomic fp32 out / fp32 dq dk dv; GQA without"
+      echo "       pack_gqa/cat_gqa; no softcap/deterministic/swap_ab/sparse/max-logits): anything else tries nvcc (JIT) and fails."
+      echo "       magi_attention writes rendered sources and a log under \$MAGI_ATTENTION_WORKSPACE_BASE/.cache/magi_attention"
+      echo "       (default \$HOME): set it to a writable folder, e.g. export MAGI_ATTENTION_WORKSPACE_BASE=/tmp/magi."
+      echo "       Leave MAGI_ATTENTION_FORCE_JIT_BUILD unset (=1 would ignore lib/ and compile).  No magi_attn_comm"
+      echo "       (distributed group collectives): importing magi_attention warns about it, flex_flash_attn_func works."
+      [ -f "$OUT/check/check_ffa.py" ] &&
+        echo "  FFA smoke test (vs float32 SDPA, fwd+bwd, no compile at first call): python3 $rel/check/check_ffa.py"
+    fi
     echo
     if [ -f "$OUT/check/check_kernels.py" ]; then
       echo "Smoke test (FA2/FA3/TE vs a float32 reference, fwd+bwd): carry $rel/check too and run"
@@ -324,8 +437,9 @@ for lib in $LIBS; do
     fa2) build_fa2 ;;
     te) build_te ;;
     fa3) build_fa3 ;;
+    ffa) build_ffa ;;
     pack) ;;  # only (re)pack what OUT_DIR/wheels holds
-    *) echo "unknown library $lib (fa2, te, fa3)" >&2; exit 2 ;;
+    *) echo "unknown library $lib (fa2, te, fa3, ffa)" >&2; exit 2 ;;
   esac
 done
 pack

@@ -8,7 +8,6 @@ column does not.  docs/results-schema.md describes every column.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -17,8 +16,7 @@ from typing import Any, Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import timing_spec
-from ..timing_spec import CountedTiming, TimingSpec
+from ..timing_spec import CountedTiming, TimingSpec, own_fields
 from ..execution.atomic import write_json_atomic  # noqa: F401 — re-exported: rows are written through results
 
 # 2: peak_mem_bytes is what one call needs (the memory part), gate_seqlen the length the gate checked.
@@ -29,9 +27,9 @@ CP_SCHEMA_VERSION = 2
 _ARROW_TYPES = {int: pa.int32(), float: pa.float64(), bool: pa.bool_()}
 
 
-def _timing_columns(fields) -> list[tuple[str, pa.DataType]]:
-    """The columns of timing settings (``longca.timing_spec``), typed by their defaults."""
-    return [(f.name, _ARROW_TYPES[type(f.default)]) for f in fields]
+def _timing_columns(kind: type) -> list[tuple[str, pa.DataType]]:
+    """The columns of the timing settings ``kind`` adds (``longca.timing_spec``), typed by their defaults."""
+    return [(f.name, _ARROW_TYPES[type(f.default)]) for f in own_fields(kind)]
 
 
 # Column groups both tables share (same names, types and meaning).
@@ -49,7 +47,7 @@ _PROBLEM = [
     ("mask_params_resolved", pa.string()),
     ("seed", pa.int64()),
     ("device", pa.string()),
-    *_timing_columns(dataclasses.fields(CountedTiming)),
+    *_timing_columns(CountedTiming),
     ("gate_seqlen", pa.int64()),
 ]
 _OUTCOME = [
@@ -71,7 +69,7 @@ _PROVENANCE = [("slurm_job_id", pa.string()), ("fingerprint", pa.string()), ("wa
 _ID = [("schema_version", pa.int32()), ("kind", pa.string()), ("cell_id", pa.string())]
 
 KERNEL_SCHEMA = pa.schema(
-    _ID + [("kernel", pa.string())] + _PROBLEM + _timing_columns(timing_spec.own_fields(TimingSpec))
+    _ID + [("kernel", pa.string())] + _PROBLEM + _timing_columns(TimingSpec)
     + _OUTCOME + [
         ("tflops", pa.float64()),
         ("tflops_p20", pa.float64()),

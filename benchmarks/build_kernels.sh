@@ -24,8 +24,10 @@
 #        flash_attn/cute (and hopper/) dropped: FlashAttention-4 owns flash_attn/cute.   8 min here
 #        (FA2_ARCHS="80": 10 min with the TE build running beside it)
 #   te   transformer_engine_torch 2.20.2 (PyPI sdist; a C++-only torch extension) built against the
-#        prebuilt core wheel transformer_engine_cu13 2.20.2 (carried as is, 276 MB) and the
-#        transformer_engine 2.20.2 metapackage, + pydantic (the GPU machine lacked it); NCCL EP off.
+#        prebuilt core wheel transformer_engine_cu13 2.20.2 and the transformer_engine 2.20.2
+#        metapackage, + pydantic (the GPU machine lacked it); NCCL EP off.  The core wheel (277 MB:
+#        SASS for sm_75 ... sm_120) is shrunk to its sm_90 device code by benchmarks/keep_cuda_arch.py
+#        (other SMs' cubins zeroed in place: 32 MB); TE_ALL_ARCHS=1 keeps it whole.
 #        18 min here (33 C++ files; the FA3 build ran beside it)
 #   fa3  FlashAttention-3 (flash-attention hopper/ at FA3_COMMIT, CUTLASS at the submodule commit),
 #        modules flash_attn_interface + flash_attn_3._C; sm_90a; bf16, hdim 128, no fp16/fp8/split/
@@ -47,6 +49,7 @@ set -euo pipefail
 OUT=${1:?usage: build_kernels.sh OUT_DIR [fa2] [te] [fa3] [pack]}; shift || true
 LIBS=${*:-fa2 te fa3}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+HERE=$(cd "$(dirname "$0")" && pwd)
 WORK=${KERNEL_BUILD_DIR:-$OUT/build}
 export MAX_JOBS=${MAX_JOBS:-2}
 NICE="nice -n 19"
@@ -197,8 +200,11 @@ build_te() {
   rm -rf "$d" && mkdir -p "$d"
   # prebuilt pieces: the core library (CUDA 13) and the metapackage
   $PIP download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
-    --platform manylinux2014_x86_64 --platform any -d "$OUT/wheels" "transformer-engine-cu13==$TE_VERSION" \
-    "transformer-engine==$TE_VERSION" $TE_PY_DEPS
+    --platform manylinux2014_x86_64 --platform any -d "$OUT/wheels" "transformer-engine==$TE_VERSION" $TE_PY_DEPS
+  $PIP download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
+    -d "$d/core" "transformer-engine-cu13==$TE_VERSION"
+  if [ -n "${TE_ALL_ARCHS:-}" ]; then cp "$d"/core/*.whl "$OUT/wheels/"
+  else "$PY" "$HERE/keep_cuda_arch.py" "$d"/core/*.whl "$OUT/wheels" --sm 90; fi
   $PIP download -q --no-deps --no-binary :all: --no-build-isolation "transformer-engine-torch==$TE_VERSION" -d "$d"
   tar xzf "$d/transformer_engine_torch-$TE_VERSION.tar.gz" -C "$d"
   # NVTE_NO_LOCAL_VERSION: the version must be exactly $TE_VERSION (TE checks core == torch ext == meta)

@@ -201,30 +201,38 @@ def test_the_folder_of_a_loaded_shared_library_is_found():
 def test_a_one_shot_backward_can_be_run_again_as_the_harness_times_it():
     """TE's fused attention drops its backward state after one backward; te_fused keeps it so that
     a retained graph's backward runs again (what timing a backward does).  Shown on a function
-    that drops its state the same way."""
-    from longca.kernels.transformer_engine_attn import keep_backward_state
+    that drops its state as TE 2.20 does: its arguments, and the objects its saved tensors are
+    rebuilt from (raising AttributeError, as TE does, when those are gone)."""
+    from longca.kernels.transformer_engine_attn import TE_BACKWARD_STATE, keep_backward_state
 
     class OneShot(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x):
             ctx.backward_objects = {"scale": 3.0}
+            ctx.tensor_objects = ["x"]
+            ctx.save_for_backward(x)
             return x * 3.0
 
         @staticmethod
         def backward(ctx, grad):
+            if ctx.tensor_objects is None:
+                raise AttributeError("ctx must have .tensor_objects to restore saved tensors")
+            ctx.tensor_objects = None
             scale = ctx.backward_objects["scale"]  # fails once the state is gone
             ctx.backward_objects = None
             return grad * scale
 
-    def twice(keep: bool):
+    def twice(keep: tuple[str, ...] | None):
         x = torch.ones(4, requires_grad=True)
         out = OneShot.apply(x).view(2, 2)  # a view in between, as TE's reshape
         if keep:
-            assert keep_backward_state(out, "backward_objects")
+            assert keep_backward_state(out, keep)
         return [torch.autograd.grad(out, x, torch.ones(2, 2), retain_graph=True)[0] for _ in range(2)]
 
-    with pytest.raises(TypeError):
-        twice(keep=False)
-    first, second = twice(keep=True)
+    with pytest.raises(AttributeError, match="tensor_objects"):
+        twice(keep=None)
+    with pytest.raises(AttributeError, match="tensor_objects"):
+        twice(keep=("backward_objects",))       # what te_fused kept before TE 2.20's second drop
+    first, second = twice(keep=TE_BACKWARD_STATE)
     assert torch.equal(first, torch.full((4,), 3.0)) and torch.equal(second, first)
-    assert not keep_backward_state(torch.ones(2, requires_grad=True) * 2, "backward_objects")
+    assert not keep_backward_state(torch.ones(2, requires_grad=True) * 2, TE_BACKWARD_STATE)

@@ -36,27 +36,36 @@ def _loaded_library_dir(name: str) -> str | None:
     return None
 
 
-def keep_backward_state(out: torch.Tensor, attribute: str, depth: int = 4) -> bool:
+def keep_backward_state(out: torch.Tensor, attributes: tuple[str, ...], depth: int = 4) -> bool:
     """Let autograd run the backward behind ``out`` more than once (``retain_graph=True``), as the
     timing harness does, for a function that drops its state after one backward: TE's fused
-    attention sets ``ctx.backward_objects = None`` in its backward.  The state is put back before
-    each backward by a pre-hook on that node (found within ``depth`` nodes of ``out``); True if found.
+    attention sets ``ctx.backward_objects = None`` in its backward, and ``ctx.tensor_objects = None``
+    once it has rebuilt its saved tensors.  The node holding the first of ``attributes`` is found
+    within ``depth`` nodes of ``out``; a pre-hook on it puts every one of ``attributes`` it held
+    back before each backward.  True if found.
     """
     stack = [(out.grad_fn, 0)]
     while stack:
         node, level = stack.pop()
         if node is None or level > depth:
             continue
-        if getattr(node, attribute, None) is not None:
-            state = getattr(node, attribute)
+        if getattr(node, attributes[0], None) is not None:
+            state = {name: getattr(node, name) for name in attributes if hasattr(node, name)}
 
             def restore(grad_outputs, node=node, state=state):
-                setattr(node, attribute, state)
+                for name, value in state.items():
+                    setattr(node, name, value)
 
             node.register_prehook(restore)
             return True
         stack.extend((nxt, level + 1) for nxt, _ in node.next_functions)
     return False
+
+
+# What TE's fused attention (FusedAttnFunc) drops in its backward: its arguments, and the tensor
+# objects its saved tensors are rebuilt from (transformer_engine.pytorch.quantized_tensor's
+# restore_from_func_ctx, TE 2.20).
+TE_BACKWARD_STATE = ("backward_objects", "tensor_objects")
 
 
 @functools.lru_cache(maxsize=None)
@@ -128,7 +137,7 @@ class TransformerEngineAttention(Kernel):
         else:
             out = module(q, k, v)
         if out.requires_grad:
-            keep_backward_state(out, "backward_objects")
+            keep_backward_state(out, TE_BACKWARD_STATE)
         return out.reshape(b, s, hq, d)  # TE returns heads flattened into the hidden dimension
 
 

@@ -13,14 +13,15 @@ import torch
 
 # Distribution names of the kernel libraries whose versions every row records.
 KERNEL_LIBRARIES = ("flash-attn", "flash-attn-3", "flash-attn-4", "flash-attn-cute", "xformers",
-                    "transformer-engine", "transformer-engine-torch", "nvidia-cudnn-frontend", "triton")
+                    "transformer-engine", "transformer-engine-torch", "nvidia-cudnn-frontend", "triton",
+                    "magi-attention")
 # What each kernel calls, besides torch (every kernel runs under it): distributions, and "cudnn" for
 # the cuDNN library torch loaded.  A kernel not listed calls torch alone.
 KERNEL_CALLS: dict[str, tuple[str, ...]] = {
     "flash_attn2": ("flash-attn",), "flash_attn3": ("flash-attn-3",), "flash_attn4": ("flash-attn-4",),
     "flex_flash": ("flash-attn-4",), "cudnn_fe": ("nvidia-cudnn-frontend", "cudnn"), "sdpa_cudnn": ("cudnn",),
     "triton_block_sparse": ("triton",), "flex": ("triton",), "xformers": ("xformers",),
-    "te_fused": ("transformer-engine", "cudnn"),
+    "te_fused": ("transformer-engine", "cudnn"), "ffa": ("magi-attention",),
 }
 
 

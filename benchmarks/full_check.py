@@ -8,7 +8,8 @@ dq, dk, dv, with exact attention computed in float32 block by block, at ``--seql
 config's shapes and dtype, within the correctness gate's tolerances.  Each result is kept as
 ``OUTDIR/checks/<kernel>/<mask>/<dtype>_<direction>_<seqlen>.json`` with the settings and the code
 fingerprint it was measured with; a second run skips the checks whose settings and code are the
-same, and measures only what is missing or changed.  ``OUTDIR/summary.md`` has one line per check.
+same, and measures only what is missing or changed (and `unsupported` rows: a library installed
+since turns them into checks).  ``OUTDIR/summary.md`` has one line per check.
 """
 
 from __future__ import annotations
@@ -98,7 +99,10 @@ def main(argv=None) -> int:
                 settings = longca_config.cell_settings(cfg, kernel, mask, args.seqlen, direction, dtype)
                 path = args.outdir / "checks" / kernel / mask / f"{dtype}_{direction}_{args.seqlen}.json"
                 kept = json.loads(path.read_text()) if path.exists() else None
-                if kept and kept.get("settings") == json.loads(json.dumps(settings)) and kept.get("code") == code:
+                # an `unsupported` row is checked again: it costs nothing, and the kernel's library
+                # may have been installed since (its row then said "not importable")
+                if kept and kept.get("settings") == json.loads(json.dumps(settings)) and kept.get("code") == code \
+                        and kept["row"]["status"] != "unsupported":
                     rows.append(kept["row"])
                     continue
                 if time.monotonic() - started > args.budget_s:

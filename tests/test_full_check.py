@@ -54,6 +54,19 @@ def test_each_kernel_mask_and_direction_is_checked_once_and_kept(tmp_path):
     assert (tmp_path / "out" / "summary.md").read_text().count("| sdpa |") == 4
 
 
+def test_an_unsupported_check_is_checked_again(tmp_path):
+    """A check kept as `unsupported` (say its library was not installed yet) runs again next time."""
+    assert _run(tmp_path, "--kernels", "sdpa", "--masks", "causal").returncode == 0
+    kept = tmp_path / "out" / "checks" / "sdpa" / "causal" / "float32_fwd_256.json"
+    record = json.loads(kept.read_text())
+    record["row"].update(status="unsupported", reason="sdpa is not importable", error=None)
+    kept.write_text(json.dumps(record))
+    again = _run(tmp_path, "--kernels", "sdpa", "--masks", "causal")
+    assert again.returncode == 0 and "sdpa/causal/fwd: ok" in again.stdout
+    assert "sdpa/causal/bwd" not in again.stdout           # an ok check is still kept
+    assert json.loads(kept.read_text())["row"]["status"] == "ok"
+
+
 def test_an_unknown_kernel_or_mask_stops_before_any_work(tmp_path):
     proc = _run(tmp_path, "--kernels", "nope", "--masks", "causal", "spiral")
     assert proc.returncode != 0 and "--kernels nope" in proc.stderr and "--masks spiral" in proc.stderr

@@ -3,7 +3,8 @@
 ``transformer_engine.pytorch.DotProductAttention`` picks its own backend (cuDNN fused attention or
 flash-attn) — the row records TE's version; set ``NVTE_FUSED_ATTN``/``NVTE_FLASH_ATTN`` to pin one.
 Full and causal go in as ``bshd``; packed documents as ``thd`` with ``cu_seqlens`` and a
-``padding[_causal]`` mask type.  GQA through ``num_gqa_groups``.  Windows are ``unsupported``.
+``padding[_causal]`` mask type; windows as ``window_size=(left, right)`` (``sliding_window`` with
+``no_mask``, ``sliding_window_causal`` with ``causal``).  GQA through ``num_gqa_groups``.
 """
 
 from __future__ import annotations
@@ -98,9 +99,9 @@ class TransformerEngineAttention(Kernel):
         return _te()[1]
 
     def supports_mask(self, problem: Problem) -> str | None:
-        fm = flash_mask(problem)
-        if fm is None or fm.window != NO_WINDOW:
-            return f"te_fused adapter takes full, causal and packed documents, not {problem.mask_name!r}"
+        if flash_mask(problem) is None:
+            return (f"te_fused adapter takes full, causal, sliding windows and packed documents, "
+                    f"not {problem.mask_name!r}")
         return None
 
     def prepare(self, problem: Problem) -> dict[str, Any]:
@@ -108,11 +109,16 @@ class TransformerEngineAttention(Kernel):
         fm = flash_mask(problem)
         packed = fm.packed
         mask_type = ("padding_causal" if fm.causal else "padding") if packed else ("causal" if fm.causal else "no_mask")
+        # TE's window_size is FlashAttention's: key j in [i - left, i + right]; (-1, -1) none, and a
+        # causal mask type takes (left, 0).
+        window = None if fm.window == NO_WINDOW else fm.window
         module = te.DotProductAttention(problem.heads_q, problem.head_dim, num_gqa_groups=problem.heads_kv,
                                         attention_dropout=0.0, qkv_format="thd" if packed else "bshd",
-                                        attn_mask_type=mask_type)
+                                        attn_mask_type=mask_type, window_size=window)
         prepared: dict[str, Any] = {"module": module, "packed": packed, "attn_mask_type": mask_type,
                                     "documents": len(fm.documents)}
+        if window is not None:
+            prepared["window"] = f"{window[0]},{window[1]}"
         if packed:
             cu = mask_convert.cu_seqlens(problem.mask, problem.device)
             if problem.batch > 1:

@@ -81,6 +81,8 @@ for name in ("triton", "snakemake", "flash_attn", "cudnn", "cutlass"):
         print(name, getattr(importlib.import_module(name), "__version__", "?"))
     except Exception as exc:  # noqa: BLE001 - absent libraries are part of the record
         print(name, "absent:", type(exc).__name__)
+from longca.execution.measure.env import library_versions  # what each row records, by distribution
+print("kernel libraries:", ", ".join(f"{d} {v}" for d, v in library_versions().items()) or "none")
 EOF
 } > "$OUTDIR/environment.txt" 2>&1
 [ -z "$OVERRIDES" ] || cp "$OVERRIDES" "$OUTDIR/overrides.yaml"

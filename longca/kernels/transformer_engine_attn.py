@@ -118,7 +118,7 @@ class TransformerEngineAttention(Kernel):
         prepared: dict[str, Any] = {"module": module, "packed": packed, "attn_mask_type": mask_type,
                                     "documents": len(fm.documents)}
         if window is not None:
-            prepared["window"] = f"{window[0]},{window[1]}"
+            prepared["window"] = window
         if packed:
             cu = mask_convert.cu_seqlens(problem.mask, problem.device)
             if problem.batch > 1:
@@ -131,6 +131,8 @@ class TransformerEngineAttention(Kernel):
     def notes(self, prepared: dict[str, Any]) -> dict[str, Any]:
         notes = super().notes(prepared)
         notes["version"] = getattr(_te()[0], "__version__", None)
+        if "window" in prepared:
+            notes["window"] = list(prepared["window"])  # as the flash-attn adapters record it
         return notes
 
     def forward(self, q, k, v, prepared):

@@ -38,7 +38,8 @@
 #        exists (JitSpec.build_and_load checks that AOT dir first): the two variants that a default call
 #        with bf16 q/k/v, head dim 128 asks for (fwd: out fp32, atomic, 128x128 tiles; bwd: dq/dk/dv fp32,
 #        atomic) are compiled there for sm_90a (JIT flags, via MagiAttention's own JitSpec), + magi_attn_ext
-#        (upstream CMake; here torch cpp_extension, same sources and flags, sm_90, + -fopenmp).  No
+#        (upstream CMake; here torch cpp_extension, same sources and flags, sm_90, + -fopenmp).  The
+#        forward mainloop's lambdas are marked always_inline (inline_ffa_fwd_lambdas says why).  No
 #        magi_attn_comm (NVSHMEM group collectives, only for distributed attention).  Packed as a wheel
 #        (no csrc/cutlass: any other variant would need nvcc at first use and fails), + einops, debugpy,
 #        packaging.  18 min here, MAX_JOBS=1 and nothing beside it (magi_attn_ext 7 files 6.5 min; FFA
@@ -293,6 +294,26 @@ shutil.copy2(bd / "magi_attn_ext.so", dst); print(f"magi_attn_ext: {time.time() 
 EOF
 }
 
+# CUDA 13's front end leaves some of the lambdas of FFA's forward mainloop (fwd_step and the ones
+# around it) as called functions; the scores then live on the stack and ptxas waits for every
+# tensor-core instruction (C7519 "warpgroup.arrive is injected"): 96 of 96 HGMMA waited on, a
+# 960-byte stack, 35-43 TFLOPs/s on an H200 (docs/results/README.md).  Marking every lambda of that
+# file always_inline gives 12 waits for 96 HGMMA and 16 bytes of stack (cuobjdump -sass), as FA3's
+# forward has.  Nothing else changes: the same code, inlined.  The backward kernel is not affected.
+inline_ffa_fwd_lambdas() {  # $1: mainloop_fwd_sm90_tma_gmma_ws.hpp
+  "$PY" - "$1" <<'EOF'
+import re, sys
+path = sys.argv[1]
+text = open(path).read()
+# `[&] {`, `[&]() {`, `[&](args) {` (args may hold one level of parentheses)
+lambda_head = re.compile(r"\[&\]\s*(\([^()]*(?:\([^()]*\)[^()]*)*\))?\s*\{")
+text, n = lambda_head.subn(lambda m: f"[&]{m.group(1) or '()'} __attribute__((always_inline)) {{", text)
+assert n > 0, f"no lambda found in {path}"
+open(path, "w").write(text)
+print(f"{path}: {n} lambdas marked always_inline", file=sys.stderr)
+EOF
+}
+
 build_ffa() {
   local d=$WORK/ffa t0=$SECONDS s
   rm -rf "$d" && mkdir -p "$d/tools"
@@ -301,6 +322,7 @@ build_ffa() {
     "$d/src/magi_attention/csrc/cutlass" include tools/util/include
   write_ffa_tools "$d/tools"
   s=$d/src
+  inline_ffa_fwd_lambdas "$s/magi_attention/csrc/flexible_flash_attention/mainloop_fwd_sm90_tma_gmma_ws.hpp"
   ( cd "$d" &&
     TORCH_CUDA_ARCH_LIST=9.0 $NICE "$PY" tools/build_ext.py "$s" "$d/ext-build" > "$d/build_ext.log" 2>&1 &&
     TORCH_CUDA_ARCH_LIST=9.0a NVCC_THREADS=1 MAGI_ATTENTION_WORKSPACE_BASE=$d/ws \

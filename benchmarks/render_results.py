@@ -32,6 +32,20 @@ from longca.results import plots, tables
 from longca.results.report import Figures, render
 
 
+NOT_MEASURED = "not_measured.txt"
+
+
+def write_not_measured(path: Path, cells: list[str]) -> None:
+    """The grid's cells without a row, one per line, beside the table (none: no file).  It is what the
+    table lacks, derived from it and the config each time, so a stale list never outlives its table."""
+    if not cells:
+        path.unlink(missing_ok=True)
+        return
+    path.write_text("# Cells of this table's grid with no row yet (benchmarks/render_results.py): a later run\n"
+                    "# measures exactly these (restore the table's archives, then benchmarks/gpu_grid.sh).\n"
+                    + "".join(f"{c}\n" for c in cells))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path, help="a run's results/ folder (cells/kernels, cells/cp, ceilings.json), "
@@ -90,8 +104,12 @@ def main() -> int:
         scaling[mask], efficiency[mask] = figdir / f"cp_scaling_{mask}.png", figdir / f"cp_efficiency_{mask}.png"
         plots.cp_figures(cp, kernels, mask, scaling[mask], efficiency[mask], ceilings=ceilings)
     figures = Figures(throughput=throughput, memory=memory, matrix=matrix, cp_scaling=scaling, cp_efficiency=efficiency)
-    render(kernels, args.out / "report.html", cp=cp, figures=figures, ceilings=ceilings, config=config, masks=masks)
-    print(f"{len(kernels)} kernel cells, {len(cp)} CP cells -> {args.out}")
+    missing = tables.not_measured(kernels, (c.name for c in config_mod.kernel_cells(config)))
+    render(kernels, args.out / "report.html", cp=cp, figures=figures, ceilings=ceilings, config=config, masks=masks,
+           not_measured=missing)
+    write_not_measured(args.out / NOT_MEASURED, missing)
+    print(f"{len(kernels)} kernel cells, {len(cp)} CP cells -> {args.out}"
+          + (f"; {len(missing)} cells of the grid have no row ({NOT_MEASURED})" if missing else ""))
     return 0
 
 

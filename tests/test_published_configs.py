@@ -50,6 +50,21 @@ def test_render_results_reports_exactly_the_cells_that_finished(tmp_path):
     assert "sdpa/full/float32_fwd_128" in html and "sdpa/causal/float32_fwd_128" in html
     assert (published / "figures" / "kernels_full.png").exists()
     assert not (published / "figures" / "kernels_varlen_causal.png").exists()  # no cells, no figure
+    # Rendered with the config of a grid these two cells only start: the report and not_measured.txt
+    # name the grid's cells that have no row, and the figures and answers leave them out.
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("kernels: [sdpa]\nmasks: [full, causal, sliding_window]\nseqlens: [128]\ndirections: [fwd]\n"
+                    "dtypes: [float32]\nheads_q: 2\nheads_kv: 2\nhead_dim: 16\ngate_seqlen: 64\ncp_strategies: []\n")
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "render_results.py"), str(tmp_path / "results"),
+                           str(tmp_path / "partial"), "--config", str(grid)], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "1 cells of the grid have no row (not_measured.txt)" in proc.stdout
+    listed = (tmp_path / "partial" / "not_measured.txt").read_text().splitlines()
+    assert [line for line in listed if not line.startswith("#")] == ["sdpa/sliding_window/float32_fwd_128"]
+    html = (tmp_path / "partial" / "report.html").read_text()
+    assert 'id="not-measured"' in html and "1 cells of this grid have no row yet (sdpa 1)" in html
+    assert "<code>sdpa/sliding_window/float32_fwd_128</code>" in html
+    assert not (tmp_path / "partial" / "figures" / "kernels_sliding_window.png").exists()
     # Kernel cells restored from an archive have no CP cells: --cp keeps a published CP table beside them.
     cp = REPO / "docs/results/h100_2026-11-23/cp.parquet"
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "render_results.py"), str(tmp_path / "results"),
@@ -81,6 +96,10 @@ def test_a_fresh_clone_renders_the_published_report_from_the_committed_parquet(t
     again = (tmp_path / "again" / "report.html").read_text()
     assert _without_images_and_stamp(again) == _without_images_and_stamp((published / "report.html").read_text())
     assert (tmp_path / "again" / "kernels.parquet").read_bytes() == (published / "kernels.parquet").read_bytes()
+    # The cells the table lacks are derived from it and its grid: the committed list is that list.
+    gaps = [p / "not_measured.txt" for p in (tmp_path / "again", published)]
+    assert [g.exists() for g in gaps] == [gaps[1].exists()] * 2
+    assert not gaps[1].exists() or gaps[0].read_text() == gaps[1].read_text()
     assert sorted(p.name for p in (tmp_path / "again" / "figures").glob("kernels_*.png")) == \
         sorted(f"kernels_{m}.png" for m in set(pd.read_parquet(published / "kernels.parquet")["mask"]))
 

@@ -350,8 +350,10 @@ class Figures:
 
 def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: Figures | None = None,
             ceilings: dict | None = None, config: dict | None = None, masks: list[str] | None = None,
-            generated: str | None = None) -> dict[str, Any]:
-    """Everything the template shows, computed here so the template only lays it out."""
+            generated: str | None = None, not_measured: list[str] | None = None) -> dict[str, Any]:
+    """Everything the template shows, computed here so the template only lays it out.
+    ``not_measured``: the grid's cells with no row (``tables.not_measured``), for a report rendered
+    before its run finished."""
     figures = figures or Figures()
     cp = tables.cp_table(cp, kernels)
     masks = tables.mask_order(kernels, masks)
@@ -477,6 +479,8 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
         "timing": _timing_phrase(kernels),
         "gate_seqlens": tables.gate_seqlens(kernels),
         "provenance": tables.provenance_notes(kernels, ceilings),
+        "not_measured": list(not_measured or []),
+        "not_measured_per_kernel": tables.per_kernel(not_measured or []),
         "fits": [{**e, "longest_ok": seqlen_label(e["longest_ok"]) if e["longest_ok"] else "none",
                   "need": fmt_mib(e["peak_mem_bytes"]) if e["peak_mem_bytes"] is not None else "not measured",
                   "first_oom": seqlen_label(e["first_oom"]) if e["first_oom"] else
@@ -498,10 +502,11 @@ def environment(template_dir: Path = TEMPLATE_DIR) -> jinja2.Environment:
 
 def render(kernels: pd.DataFrame, out: str | os.PathLike, *, cp: pd.DataFrame | None = None,
            figures: Figures | None = None, ceilings: dict | None = None, config: dict | None = None,
-           masks: list[str] | None = None, template: str = "report.html.j2", generated: str | None = None) -> Path:
+           masks: list[str] | None = None, template: str = "report.html.j2", generated: str | None = None,
+           not_measured: list[str] | None = None) -> Path:
     """Write the report to ``out`` (atomically)."""
     ctx = context(kernels, cp=cp, figures=figures, ceilings=ceilings, config=config, masks=masks,
-                  generated=generated)
+                  generated=generated, not_measured=not_measured)
     html = environment().get_template(template).render(**ctx)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -504,6 +504,21 @@ def failed_cells(kernels: pd.DataFrame, cp: pd.DataFrame) -> list[dict]:
     return failed
 
 
+def not_measured(kernels: pd.DataFrame, grid_cells: Iterable[str]) -> list[str]:
+    """The grid's kernel cells that have no row (a run not finished yet), by cell_id, sorted."""
+    have = set(kernels["cell_id"]) if "cell_id" in kernels else set()
+    return sorted(set(grid_cells) - have)
+
+
+def per_kernel(cell_ids: Iterable[str]) -> list[tuple[str, int]]:
+    """How many of these cells each kernel has (a cell_id starts with its kernel), most first."""
+    counts: dict[str, int] = {}
+    for cell_id in cell_ids:
+        kernel = cell_id.split("/", 1)[0]
+        counts[kernel] = counts.get(kernel, 0) + 1
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
 def distinct_counts(df: pd.DataFrame, columns: list[tuple[str, str, Callable[[Any], str]]],
                     count_label: str = "cells") -> pd.DataFrame:
     """How many rows share each combination of the given columns' values, as text: ``columns`` are

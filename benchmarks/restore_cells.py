@@ -12,6 +12,9 @@ reason, counted):
 
 * it was measured at COMMIT: its recorded ``fingerprint`` is what COMMIT's own fingerprint code
   computes for its kernel (COMMIT's ``longca/`` is taken from git and asked, in a subprocess);
+* its kernel's library is the one the run has: a key covers LongCA's code, not the library's, so a
+  rebuilt library under the same version (``--library-changed KERNEL``) has its gated rows measured
+  again;
 * its settings are what the given config resolves for that cell now (``longca.config.cell_settings``).
   ``reps`` needs care: an ok row records the count of timed calls made, ``max(reps, what fills
   rep_ms)``, not the setting.  That count equals what the current setting would make when it is the
@@ -189,6 +192,9 @@ def restore(args) -> dict:
         if row["status"] not in ("ok", "wrong", "unsupported"):  # oom, error, timeout: measure again
             dropped[f"status {row['status']}: measured again"] += 1
             continue
+        if kernel in args.library_changed and row["status"] != "unsupported":
+            dropped[f"{kernel}: its library changed since: measured again"] += 1
+            continue
         if row["status"] == "unsupported":
             if kernel not in args.unavailable_here and any(words in (row.get("reason") or "") for words in UNAVAILABLE):
                 dropped[f"{kernel}: unavailable on the machine that ran it: measured again"] += 1
@@ -249,10 +255,18 @@ def main(argv=None) -> int:
     ap.add_argument("--unavailable-here", nargs="+", default=[], metavar="KERNEL",
                     help="kernels the run's machine cannot run either: their archived 'unavailable' rows are "
                          "restored, not measured again")
+    ap.add_argument("--library-changed", nargs="+", default=[], metavar="KERNEL",
+                    help="kernels whose library is another build or version than the archive's (a cache key "
+                         "covers LongCA's code, not the library's): their gated rows are measured again; "
+                         "an unsupported row (the mask, decided by LongCA's code) is still restored")
     ap.add_argument("--dry-run", action="store_true", help="say what would be kept; write nothing")
     args = ap.parse_args(argv)
     if not args.archive.is_file():
         ap.error(f"{args.archive}: no such archive")
+    from longca import kernels
+
+    if unknown := sorted(set(args.unavailable_here + args.library_changed) - set(kernels.names())):
+        ap.error(f"unknown kernel {', '.join(unknown)}; known: {', '.join(kernels.names())}")
     args.workdir.mkdir(parents=True, exist_ok=True)
     summary = restore(args)
     print(f"{summary['whole']} of {summary['archive']} cells restored whole into {args.workdir}"

@@ -139,6 +139,27 @@ def test_a_kernel_the_archived_machine_could_not_run_is_measured_again(archive, 
     assert "2 of 2 cells restored whole" in proc.stdout  # the run's machine lacks it too: kept as it was
 
 
+@pytest.mark.slow
+def test_a_kernel_whose_library_changed_is_measured_again(archive, tmp_path):
+    """A cache key covers LongCA's code, not the kernel library's: rows of a rebuilt library (same
+    version, other code) are named with --library-changed and measured again, nothing of them kept."""
+    work = tmp_path / "run"
+    write_config(work, CONFIG)
+    proc = _restore(archive, work, "--measured-with", str(work / "config.yaml"), "--library-changed", "sdpa")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "0 of 2 cells restored whole" in proc.stdout and "parts put in the store: none" in proc.stdout
+    assert "dropped 2: sdpa: its library changed since: measured again" in proc.stdout
+    assert planned_cells(work) == CELLS
+
+
+def test_an_unknown_kernel_named_to_restore_is_an_error_before_any_work(archive, tmp_path):
+    work = tmp_path / "run"
+    write_config(work, CONFIG)
+    proc = _restore(archive, work, "--measured-with", str(work / "config.yaml"), "--library-changed", "nope")
+    assert proc.returncode == 2 and "unknown kernel nope; known:" in proc.stderr
+    assert not (work / "results").exists()
+
+
 def test_every_adapter_words_an_unavailable_kernel_as_restore_expects():
     """restore_cells.UNAVAILABLE must recognise what each adapter says on a machine that lacks it
     (this CPU machine lacks every GPU library and the GPU)."""

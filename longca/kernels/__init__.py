@@ -7,46 +7,16 @@ adapters, never here, so a missing library makes cells ``unsupported`` instead o
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import pkgutil
 from pathlib import Path
 
+from ..registry import Registry
 from .base import Kernel
 
-_REGISTRY: dict[str, Kernel] = {}
 # Every module of this package except the shared base and private helpers (_name) is a family.
-_FAMILIES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)
-                          if m.name != "base" and not m.name.startswith("_")))
-_loaded = False
-
-
-def register(kernel: Kernel) -> Kernel:
-    if kernel.name in _REGISTRY:
-        raise ValueError(f"kernel {kernel.name!r} registered twice")
-    _REGISTRY[kernel.name] = kernel
-    return kernel
-
-
-def _load() -> None:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for family in _FAMILIES:
-            importlib.import_module(f"{__name__}.{family}")
-
-
-def names() -> list[str]:
-    _load()
-    return sorted(_REGISTRY)
-
-
-def get(name: str) -> Kernel:
-    _load()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown kernel {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+REGISTRY: Registry[Kernel] = Registry("kernel", __name__, __path__,
+                                      lambda module: module != "base" and not module.startswith("_"))
+register, names, get = REGISTRY.register, REGISTRY.names, REGISTRY.get
 
 
 def source_file(name: str) -> Path:
@@ -54,4 +24,4 @@ def source_file(name: str) -> Path:
     return Path(inspect.getfile(type(get(name))))
 
 
-__all__ = ["Kernel", "register", "get", "names", "source_file"]
+__all__ = ["Kernel", "REGISTRY", "register", "get", "names", "source_file"]

@@ -35,7 +35,7 @@ from longca.results.report import Figures, render
 NOT_MEASURED = "not_measured.txt"
 
 
-def write_not_measured(path: Path, cells: list[str]) -> None:
+def write_not_measured(path: Path, cells: list) -> None:
     """The grid's cells without a row, one per line, beside the table (none: no file).  It is what the
     table lacks, derived from it and the config each time, so a stale list never outlives its table."""
     if not cells:
@@ -43,7 +43,7 @@ def write_not_measured(path: Path, cells: list[str]) -> None:
         return
     path.write_text("# Cells of this table's grid with no row yet (benchmarks/render_results.py): a later run\n"
                     "# measures exactly these (restore the table's archives, then benchmarks/gpu_grid.sh).\n"
-                    + "".join(f"{c}\n" for c in cells))
+                    + "".join(f"{c.name}\n" for c in cells))
 
 
 def main() -> int:
@@ -104,7 +104,7 @@ def main() -> int:
         scaling[mask], efficiency[mask] = figdir / f"cp_scaling_{mask}.png", figdir / f"cp_efficiency_{mask}.png"
         plots.cp_figures(cp, kernels, mask, scaling[mask], efficiency[mask], ceilings=ceilings)
     figures = Figures(throughput=throughput, memory=memory, matrix=matrix, cp_scaling=scaling, cp_efficiency=efficiency)
-    missing = tables.not_measured(kernels, (c.name for c in config_mod.kernel_cells(config)))
+    missing = tables.not_measured(kernels, config_mod.kernel_cells(config))
     render(kernels, args.out / "report.html", cp=cp, figures=figures, ceilings=ceilings, config=config, masks=masks,
            not_measured=missing)
     write_not_measured(args.out / NOT_MEASURED, missing)

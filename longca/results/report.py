@@ -350,7 +350,7 @@ class Figures:
 
 def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: Figures | None = None,
             ceilings: dict | None = None, config: dict | None = None, masks: list[str] | None = None,
-            generated: str | None = None, not_measured: list[str] | None = None) -> dict[str, Any]:
+            generated: str | None = None, not_measured: list | None = None) -> dict[str, Any]:
     """Everything the template shows, computed here so the template only lays it out.
     ``not_measured``: the grid's cells with no row (``tables.not_measured``), for a report rendered
     before its run finished."""
@@ -479,7 +479,7 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
         "timing": _timing_phrase(kernels),
         "gate_seqlens": tables.gate_seqlens(kernels),
         "provenance": tables.provenance_notes(kernels, ceilings),
-        "not_measured": list(not_measured or []),
+        "not_measured": [c.name for c in not_measured or []],
         "not_measured_per_kernel": tables.per_kernel(not_measured or []),
         "fits": [{**e, "longest_ok": seqlen_label(e["longest_ok"]) if e["longest_ok"] else "none",
                   "need": fmt_mib(e["peak_mem_bytes"]) if e["peak_mem_bytes"] is not None else "not measured",
@@ -503,7 +503,7 @@ def environment(template_dir: Path = TEMPLATE_DIR) -> jinja2.Environment:
 def render(kernels: pd.DataFrame, out: str | os.PathLike, *, cp: pd.DataFrame | None = None,
            figures: Figures | None = None, ceilings: dict | None = None, config: dict | None = None,
            masks: list[str] | None = None, template: str = "report.html.j2", generated: str | None = None,
-           not_measured: list[str] | None = None) -> Path:
+           not_measured: list | None = None) -> Path:
     """Write the report to ``out`` (atomically)."""
     ctx = context(kernels, cp=cp, figures=figures, ceilings=ceilings, config=config, masks=masks,
                   generated=generated, not_measured=not_measured)

@@ -9,6 +9,7 @@ length's label (``32K``) and the sentence saying why a table cell has no number.
 
 from __future__ import annotations
 
+import collections
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -504,18 +505,16 @@ def failed_cells(kernels: pd.DataFrame, cp: pd.DataFrame) -> list[dict]:
     return failed
 
 
-def not_measured(kernels: pd.DataFrame, grid_cells: Iterable[str]) -> list[str]:
-    """The grid's kernel cells that have no row (a run not finished yet), by cell_id, sorted."""
+def not_measured(kernels: pd.DataFrame, grid_cells: Iterable) -> list:
+    """The grid's kernel cells (``longca.config.KernelCell``) that have no row (a run not finished
+    yet), sorted by name."""
     have = set(kernels["cell_id"]) if "cell_id" in kernels else set()
-    return sorted(set(grid_cells) - have)
+    return sorted((c for c in grid_cells if c.name not in have), key=lambda c: c.name)
 
 
-def per_kernel(cell_ids: Iterable[str]) -> list[tuple[str, int]]:
-    """How many of these cells each kernel has (a cell_id starts with its kernel), most first."""
-    counts: dict[str, int] = {}
-    for cell_id in cell_ids:
-        kernel = cell_id.split("/", 1)[0]
-        counts[kernel] = counts.get(kernel, 0) + 1
+def per_kernel(cells: Iterable) -> list[tuple[str, int]]:
+    """How many of these cells each kernel has, most first."""
+    counts = collections.Counter(c.kernel for c in cells)
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
 
 

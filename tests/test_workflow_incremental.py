@@ -190,3 +190,13 @@ def test_a_changed_time_limit_reruns_no_cell(tmp_path):
     write_config(tmp_path, {**config, "limits": {"cell_timeout_s": 300}})
     proc = snakemake(tmp_path, "-n", cp_cell, SDPA)
     assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-3000:]
+
+
+def test_a_deleted_cell_is_measured_again(clone):
+    """A cell file removed by hand (to measure it again) is planned again, with what depends on it,
+    though the tables built from it are there and newer."""
+    (clone / SLEEP).unlink()
+    proc = snakemake(clone, "-n", "all")
+    out = proc.stdout + proc.stderr
+    assert set(_cells(out)) == {SLEEP}, out[-3000:]
+    assert "rule aggregate_kernels:" in out

@@ -17,16 +17,16 @@ shrink with the square of the length above 8K (``--reps`` at 8K and below, at le
 ``--min-reps``) so every loop lasts about as long; the bare loop's budget follows the cell's median
 (about ``--bare-reps`` timed calls).  ``--compare-dense-up-to`` leaves out the comparison (not the
 cell) for masks fed to SDPA as a dense ``attn_mask`` above that length: they compute all S² pairs,
-are the lease's most expensive cells and tell nothing new about the harness.  ``--budget-s`` stops
+are the run's most expensive cells and tell nothing new about the harness.  ``--budget-s`` stops
 starting new cells after that many seconds (the rest become ``skipped`` rows), so a fixed device
-lease is never overrun.
+budget is never overrun.
 
 FlexAttention in this one long-lived process compiles once per shape and grad mode (a new mask of
 the same shape did not recompile in a CPU check); the dynamo recompile limit is raised anyway, so a
 long grid can never push it into eager fallback (each Snakemake cell is its own process).
 
     PYTHONPATH=. PYTHONUNBUFFERED=1 python benchmarks/bench_kernels.py --out /tmp/bench.jsonl
-    # what docs/kernels.md reports (one H200, 10-minute lease; 32K first, 16K last under the budget):
+    # what docs/kernels.md reports (one H200, a 10-minute budget; 32K first, 16K last under the budget):
     PYTHONPATH=. PYTHONUNBUFFERED=1 python benchmarks/bench_kernels.py --seqlens 32768 8192 16384 \\
         --compare-dense-up-to 8192 --budget-s 387 --out kernels.jsonl
     PYTHONPATH=. PYTHONUNBUFFERED=1 python benchmarks/bench_kernels.py --seqlens 32768 \\
@@ -172,10 +172,10 @@ def main() -> int:
                     help="bare loops are do_bench(warmup=25, rep=100, median), as benchmarks/bench_pipeline.py "
                          "times the grid (instead of sized from the cell's median)")
     ap.add_argument("--max-bare-ms", type=float, default=2000.0,
-                    help="no bare comparison for cells whose median is longer (too slow for the lease)")
+                    help="no bare comparison for cells whose median is longer (too slow for the budget)")
     ap.add_argument("--compare-dense-up-to", type=int, default=None,
                     help="bare comparison of cells whose mask goes in as a dense attn_mask only up to this "
-                         "seqlen (they compute all S² pairs: the lease's most expensive cells)")
+                         "seqlen (they compute all S² pairs: the run's most expensive cells)")
     ap.add_argument("--budget-s", type=float, default=None, help="start no new cell after this many seconds")
     ap.add_argument("--gate-seqlen", type=int, default=1024)
     ap.add_argument("--dtype", default="bfloat16")

@@ -67,7 +67,7 @@ from pathlib import Path
 
 import yaml
 
-from workflow_config import REPO, merged, resolved
+from benchmarks.workflow_config import REPO, merged, resolved
 
 from longca import config as longca_config
 from longca.cells import cell_name

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from workflow_config import resolved
+from benchmarks.workflow_config import resolved
 
 from longca import config as config_mod
 from longca.results import parquet as results

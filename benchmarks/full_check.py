@@ -20,7 +20,7 @@ import time
 import traceback
 from pathlib import Path
 
-from workflow_config import REPO, resolved
+from benchmarks.workflow_config import REPO, resolved
 
 from longca import config as longca_config
 from longca.execution import fingerprint

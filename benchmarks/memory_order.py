@@ -19,8 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from workflow_config import REPO  # noqa: E402  (longca from this checkout, where not installed)
-from timing_series import cell_probe_parser, specs  # noqa: E402  (the same cell names and settings)
+from benchmarks.timing_series import cell_probe_parser, specs  # the same cell names and settings
 
 MIB = 2 ** 20
 
@@ -49,11 +48,11 @@ def measure_in_order(configfile: Path, cells: list[str], budget_s: float) -> lis
 
 
 def _child(configfile: Path, cells: list[str], budget_s: float) -> list[dict]:
-    script = ("import json, sys; sys.path[:0] = sys.argv[1:3]; import memory_order as m; "
-              "print(json.dumps(m.measure_in_order(__import__('pathlib').Path(sys.argv[3]), "
-              "json.loads(sys.argv[4]), float(sys.argv[5]))))")
-    out = subprocess.run([sys.executable, "-c", script, str(REPO), str(REPO / "benchmarks"), str(configfile),
-                          json.dumps(cells), str(budget_s)], capture_output=True, text=True, check=True)
+    script = ("import json, sys; from benchmarks import memory_order as m; "
+              "print(json.dumps(m.measure_in_order(__import__('pathlib').Path(sys.argv[1]), "
+              "json.loads(sys.argv[2]), float(sys.argv[3]))))")
+    out = subprocess.run([sys.executable, "-c", script, str(configfile), json.dumps(cells), str(budget_s)],
+                         capture_output=True, text=True, check=True)
     return json.loads(out.stdout.splitlines()[-1])
 
 

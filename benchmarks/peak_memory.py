@@ -18,8 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-import workflow_config  # noqa: F401  (longca from this checkout, where not installed)
-from timing_series import cell_probe_parser, probe_cells, specs  # noqa: E402  (the same cell names, settings and loop)
+from benchmarks.timing_series import cell_probe_parser, probe_cells, specs  # the same cell names, settings and loop
 
 MIB = 2 ** 20
 

@@ -1,7 +1,7 @@
 """Tables, figures and the HTML report from whatever cells a run finished.
 
-The workflow builds the report only once every cell of its grid exists.  A lent GPU machine can be
-taken back before that (docs/results/README.md): this renders the cells that did finish, with the
+The workflow builds the report only once every cell of its grid exists.  A run stopped by its time
+budget ends before that (docs/results/README.md): this renders the cells that did finish, with the
 same library functions the workflow's aggregate, plot and report rules call, so the published
 report shows exactly what was measured and nothing else.
 
@@ -23,7 +23,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from workflow_config import resolved
+from benchmarks.workflow_config import resolved
 
 from longca import config as config_mod
 from longca.execution.measure import ceilings as ceilings_mod

@@ -3,7 +3,7 @@
     python benchmarks/restore_cells.py ARCHIVE WORKDIR --measured-at COMMIT \\
         --config config/gpu.yaml [overrides.yaml ...] --measured-with FILE [FILE ...] [--dry-run]
 
-GPU time is what the table costs: a lease that ends mid-grid leaves its cells in an archive
+GPU time is what the table costs: a run that stops mid-grid leaves its cells in an archive
 (docs/results/*/cells.tgz, docs/data/*/workflow_cells.tgz), and the next run should go on from
 them, measuring only what is missing or what changed.  A cell is three cached parts, each keyed on
 its settings and the code it depends on (``longca.execution.measure.parts``): the gate, the timing
@@ -48,7 +48,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from workflow_config import REPO, resolved
+from benchmarks.workflow_config import REPO, resolved
 
 from longca import config as config_mod
 from longca.execution import fingerprint

@@ -27,7 +27,7 @@ import statistics
 import time
 from pathlib import Path
 
-from workflow_config import REPO, resolved
+from benchmarks.workflow_config import REPO, resolved
 
 from longca import config as longca_config
 

@@ -1,22 +1,17 @@
-"""What the study scripts under benchmarks/ share: this checkout's ``longca`` and the workflow's
-config as a run resolves it.
+"""The workflow's config as a run resolves it, for the study's scripts (``benchmarks``).
 
-Run as ``python benchmarks/<script>.py``, a script finds this module beside it (Python puts the
-script's folder first on ``sys.path``); importing it makes ``longca`` importable from this checkout
-where the package is not installed (a GPU machine given only the working tree).
+The study imports as the package ``benchmarks`` (``pip install -e .`` installs it beside ``longca``;
+on a machine given only the working tree, ``PYTHONPATH`` at the checkout), its scripts run as
+``python benchmarks/<script>.py``.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+from longca import config as longca_config
+
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from longca import config as longca_config  # noqa: E402
-
 # The workflow's default config, which Snakemake reads before any --configfile.
 WORKFLOW_CONFIG = REPO / "config" / "config.yaml"
 

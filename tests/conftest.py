@@ -5,9 +5,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-# This checkout's longca, and the study scripts under benchmarks/ (importable as their own script
-# folder makes them when run: `import restore_cells`, which imports workflow_config beside it).
-sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
+# This checkout's longca and its study (the package benchmarks), whichever copy is installed.
+sys.path[:0] = [str(REPO)]
 
 # The harness's own failure kernels (test_wrong, test_oom) are registered for the tests, and for the
 # Snakemake and longca subprocesses the tests start (they inherit the environment).

@@ -1,7 +1,6 @@
 """benchmarks/bench_pipeline.py on the CPU: both sides, the chunks, and the interleaved retest of
 the cells outside the fidelity band, through the real Snakemake (the GPU figures come from a box)."""
 
-import importlib.util
 import json
 import shutil
 import statistics
@@ -11,11 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 import tiny
+from benchmarks import bench_pipeline
 
 REPO = Path(__file__).resolve().parent.parent
-SPEC = importlib.util.spec_from_file_location("bench_pipeline", REPO / "benchmarks" / "bench_pipeline.py")
-bench_pipeline = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(bench_pipeline)
 
 TINY = tiny.grid(kernels=["sdpa", "sdpa_math"], seqlens=[64, 128], heads_kv=1, timing={"warmup": 1, "reps": 3},
                  isolation="resident")  # the GPU default, on the CPU lane

@@ -10,7 +10,7 @@ import zipfile
 import pytest
 
 from conftest import REPO
-import keep_cuda_arch
+from benchmarks import keep_cuda_arch
 
 ENTRY_HEADER_SIZE = 64
 

@@ -1,15 +1,12 @@
 """benchmarks/magi_blog_figures.py reads bar heights back off a chart drawn in the blog's layout."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
+from benchmarks import magi_blog_figures as figures
 
 REPO = Path(__file__).resolve().parent.parent
-SPEC = importlib.util.spec_from_file_location("magi_blog_figures", REPO / "benchmarks" / "magi_blog_figures.py")
-figures = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(figures)
 
 BASE, STEP = 4108, 466  # axis row; pixels per 100 TFLOPs/s
 

@@ -1,16 +1,13 @@
 """benchmarks/peak_memory.py on the CPU: each cell run both ways in one process, real files."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import yaml
 import tiny
+from benchmarks import peak_memory
 
 REPO = Path(__file__).resolve().parent.parent
-SPEC = importlib.util.spec_from_file_location("peak_memory", REPO / "benchmarks" / "peak_memory.py")
-peak_memory = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(peak_memory)
 
 TINY = tiny.grid(directions=["fwd", "bwd"], heads_kv=1, timing=None)
 

@@ -32,7 +32,7 @@ def test_gpu_config_is_the_paper_scale_grid():
 
 
 def test_render_results_reports_exactly_the_cells_that_finished(tmp_path):
-    """A lease can end mid-grid: the published report shows the finished cells and nothing else."""
+    """A run can stop mid-grid (its time budget): the published report shows the finished cells and nothing else."""
     cells = tmp_path / "results" / "cells" / "kernels"
     for mask in ("full", "causal"):
         out = cells / "sdpa" / mask / "float32_fwd_128.json"

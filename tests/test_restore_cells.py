@@ -163,7 +163,7 @@ def test_an_unknown_kernel_named_to_restore_is_an_error_before_any_work(archive,
 def test_every_adapter_words_an_unavailable_kernel_as_restore_expects():
     """restore_cells.UNAVAILABLE must recognise what each adapter says on a machine that lacks it
     (this CPU machine lacks every GPU library and the GPU)."""
-    import restore_cells
+    from benchmarks import restore_cells
 
     from longca import kernels
 

@@ -1,17 +1,14 @@
 """benchmarks/timing_series.py on the CPU: every round's samples of both ways of timing, real files."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import yaml
 import tiny
+from benchmarks import timing_series
 
 REPO = Path(__file__).resolve().parent.parent
-SPEC = importlib.util.spec_from_file_location("timing_series", REPO / "benchmarks" / "timing_series.py")
-timing_series = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(timing_series)
 
 TINY = tiny.grid(directions=["fwd", "bwd"], heads_kv=1, timing=None)
 

@@ -38,7 +38,7 @@ rule all:
         # The cells too: Snakemake does not make an input of an up-to-date table again, so a cell file
         # removed to be measured again would otherwise stay missing; as a target it is run, and the
         # tables after it.
-        [cell.path for cell in KERNEL_CELLS],
+        KERNEL_ROW_FILES,
         CP_ROW_FILES,
 
 

@@ -8,7 +8,7 @@ localrules:
 
 rule aggregate_kernels:
     input:
-        [cell.path for cell in KERNEL_CELLS],
+        KERNEL_ROW_FILES,
     output:
         "results/kernels.parquet",
     params:

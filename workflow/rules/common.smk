@@ -42,6 +42,8 @@ UNPLACED_CP = {cell: reason for cell in ALL_CP_CELLS
 CP_CELLS = [cell for cell in ALL_CP_CELLS if cell not in UNPLACED_CP]
 # Every CP row of the grid: the placed cells' and the unplaced ones'.
 CP_ROW_FILES = [cell.path for cell in CP_CELLS] + [cell.unplaced_path for cell in UNPLACED_CP]
+# Every kernel row of the grid.
+KERNEL_ROW_FILES = [cell.path for cell in KERNEL_CELLS]
 # Partition and account for every job (config or environment); nothing when neither is set.
 SLURM_RESOURCES = longca_config.slurm_resources(CFG) if PLACEMENT != placement.LOCAL else {}
 

@@ -11,8 +11,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "longca"
 LAYERS = {"attention": 0, "kernels": 1, "cp": 1, "execution": 2, "results": 3}
 
 
-def imported_modules(path: Path, source: str | None = None) -> set[str]:
-    """Absolute names of the longca modules ``path`` (or ``source`` as if it were there) imports."""
+def imported_names(path: Path, source: str | None = None) -> set[str]:
+    """Absolute names of every module and ``module.name`` that ``path`` (a file of this repository,
+    or ``source`` as if it were there) imports, relative imports resolved."""
     parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
     package = parts[:-1]  # __init__ and plain modules alike resolve relative imports from their package
     found = set()
@@ -23,7 +24,12 @@ def imported_modules(path: Path, source: str | None = None) -> set[str]:
             base = package[: len(package) - node.level + 1] if node.level else []
             module = ".".join(base + ([node.module] if node.module else []))
             found |= {module} | {f"{module}.{a.name}" for a in node.names}
-    return {m for m in found if m == "longca" or m.startswith("longca.")}
+    return found
+
+
+def imported_modules(path: Path, source: str | None = None) -> set[str]:
+    """Absolute names of the longca modules ``path`` (or ``source`` as if it were there) imports."""
+    return {m for m in imported_names(path, source) if m == "longca" or m.startswith("longca.")}
 
 
 def layer_of(module: str) -> str | None:
@@ -122,17 +128,6 @@ def test_the_package_builds_no_path_into_the_workflow_or_its_config():
 
 
 STUDY = PACKAGE.parent / "benchmarks"
-
-
-def imported_names(path: Path, source: str | None = None) -> set[str]:
-    """Every ``module`` and ``module.name`` an absolute import in ``path`` (or ``source``) names."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-    return found
 
 
 def private_longca_names(names: set[str]) -> set[str]:

@@ -1,8 +1,10 @@
 """The configs and scripts that produce published results: config/gpu.yaml and render_results."""
 
+import json
 import re
 import subprocess
 import sys
+import tarfile
 
 import pandas as pd
 import pytest
@@ -82,7 +84,7 @@ def _without_images_and_stamp(html: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("run", "cells", "cp_cells"), [("h100_2026-11-23", 3336, 288), ("h200_2026-11-23", 3360, 0)])
+@pytest.mark.parametrize(("run", "cells", "cp_cells"), [("h100_2026-11-23", 3360, 288), ("h200_2026-11-23", 3360, 0)])
 def test_a_fresh_clone_renders_the_published_report_from_the_committed_parquet(tmp_path, run, cells, cp_cells):
     """A published run: the committed kernels.parquet (and cp.parquet beside it) alone gives back
     its report (every table, number and winner; the figures' pixels and the generation time aside)."""
@@ -125,6 +127,55 @@ def test_a_published_table_holds_every_cell_of_its_grid_gated(run):
     assert len(ok) and (ok["gate_error"] <= ok["gate_tolerance"]).all()
     assert (ok["median_ms"] > 0).all() and ok["p20_ms"].le(ok["p80_ms"]).all()
     assert set(table["status"]) <= set(cell.STATUSES)
+
+
+TABLES = ["h100_2026-11-23", "h200_2026-11-23"]
+
+
+def _table(run: str) -> pd.DataFrame:
+    return pd.read_parquet(REPO / "docs" / "results" / run / "kernels.parquet")
+
+
+@pytest.mark.parametrize("run", TABLES)
+def test_every_ok_published_row_was_gated_with_its_masks_structure_and_states_its_memory(run):
+    """The gate's bar: every ok row records the gate's length and the attended pairs of the mask it
+    was gated with, and no pattern but full and causal was gated as full or as causal (at the
+    gate's length a window, a document or a prefix must still change the mask); each states the
+    memory one call needs."""
+    ok = _table(run).query("status == 'ok'")
+    assert ok["gate_seqlen"].notna().all() and ok["gate_area"].notna().all()
+    assert (ok["peak_mem_bytes"] > 0).all()
+    n = ok["gate_seqlen"].astype("int64")
+    structured = ~ok["pattern"].isin(["full", "causal"])
+    as_full_or_causal = ok["gate_area"].eq(n * n) | ok["gate_area"].eq(n * (n + 1) // 2)
+    assert not (structured & as_full_or_causal).any(), \
+        sorted(ok.loc[structured & as_full_or_causal, "cell_id"])[:5]
+
+
+def test_the_published_memory_of_a_cell_agrees_on_both_gpus():
+    """Memory a user can plan with: a cell's need is the same on an H100 and an H200 (within 5 %)
+    in at least 95 % of the cells ok on both."""
+    h100, h200 = (_table(run).set_index("cell_id") for run in TABLES)
+    both = h100.index[(h100["status"] == "ok") & h200["status"].reindex(h100.index).eq("ok")]
+    ratio = h100.loc[both, "peak_mem_bytes"] / h200.loc[both, "peak_mem_bytes"]
+    assert len(both) > 2000 and ((ratio - 1).abs() <= 0.05).mean() >= 0.95
+
+
+def test_each_kernel_mask_and_direction_ok_in_a_table_passed_the_full_size_check():
+    """The full-size check (benchmarks/full_check.py at 8K, against float32 attention) is published
+    beside the tables: each kernel × mask × direction with an ok row in either table was checked
+    there, and was right."""
+    checked = {}
+    with tarfile.open(REPO / "docs" / "results" / "full_check_h200_2026-11-26" / "checks.tgz") as tar:
+        for member in tar.getmembers():
+            if member.name.endswith(".json"):
+                row = json.load(tar.extractfile(member))["row"]
+                checked[(row["kernel"], row["mask"], row["direction"])] = row["status"]
+    assert "wrong" not in checked.values()
+    for run in TABLES:
+        ok = _table(run).query("status == 'ok'")
+        unchecked = {k for k in zip(ok["kernel"], ok["mask"], ok["direction"]) if checked.get(k) != "ok"}
+        assert not unchecked, (run, sorted(unchecked)[:5])
 
 
 def test_render_results_names_a_missing_parquet(tmp_path):

@@ -300,6 +300,14 @@ def test_provenance_notes_name_what_differs_between_rows():
     mixed.loc[ok, "kernel_library"] = ["torch 1" if i % 2 else "torch 2" for i in range(int(ok.sum()))]
     notes = " ".join(tables.provenance_notes(mixed))
     assert "2 devices (GPU A, GPU B)" in notes and "different library versions: torch 1; torch 2" in notes
+    assert "more than one run" not in notes  # one machine, one day
+    # Machines that share a name still tell their runs apart by the day each row was timed.
+    mixed.loc[ok, "timed_at"] = ["2026-11-24T06:00:00+00:00" if i % 2 else "2026-11-26T16:00:00+00:00"
+                                 for i in range(int(ok.sum()))]
+    mixed.loc[ok, "timed_load_1m"] = [0.5 if i % 2 else 6.25 for i in range(int(ok.sum()))]
+    notes = " ".join(tables.provenance_notes(mixed))
+    assert "more than one run, on 2 days (2026-11-24 to 2026-11-26); the host's 1-minute load average " \
+           "when timed ranged 0.5–6.2" in notes
     ceiling = {"matmul": [{"dtype": d, "tflops": 1e-9} for d in set(df["dtype"])]}
     assert "exceed the matmul ceiling" in " ".join(tables.provenance_notes(df, ceiling))
 

@@ -548,10 +548,17 @@ def provenance_notes(kernels: pd.DataFrame, ceilings: dict | None = None) -> lis
         notes.append(f"Rows were measured on {len(devices)} devices ({', '.join(devices)}): compare kernels "
                      "only within one device.")
     hosts = _distinct(ok, "timed_on") or _distinct(ok, "hostname")
-    if len(hosts) > 1:
-        notes.append(f"Timings come from {len(hosts)} machines or runs ({', '.join(map(str, hosts[:4]))}"
-                     f"{', …' if len(hosts) > 4 else ''}); re-timing a stage on another machine moved cells by up "
-                     "to a few percent (docs/results/README.md), which is why close calls are ties.")
+    # Machines may share a name (every cloud box a "vm"): the days the rows were timed on tell runs apart too.
+    days = sorted({str(at)[:10] for at in ok["timed_at"].dropna()}) if "timed_at" in ok else []
+    if len(hosts) > 1 or len(days) > 1:
+        where = [f"{len(hosts)} machines ({', '.join(map(str, hosts[:4]))}{', …' if len(hosts) > 4 else ''})"
+                 if len(hosts) > 1 else "", f"{len(days)} days ({days[0]} to {days[-1]})" if len(days) > 1 else ""]
+        loads = ok["timed_load_1m"].dropna() if "timed_load_1m" in ok else pd.Series(dtype=float)
+        load = (f"; the host's 1-minute load average when timed ranged {loads.min():.1f}–{loads.max():.1f}"
+                if len(loads) > 1 and loads.max() > loads.min() else "")
+        notes.append(f"Timings come from more than one run, on {' and '.join(w for w in where if w)}{load}: "
+                     "re-timing a stage on another machine moved cells by up to a few percent "
+                     "(docs/results/README.md), which is why close calls are ties.")
     if "kernel_library" in ok:
         for kernel, group in ok.groupby("kernel"):
             versions = _distinct(group, "kernel_library")

@@ -312,6 +312,19 @@ def test_provenance_notes_name_what_differs_between_rows():
     assert "exceed the matmul ceiling" in " ".join(tables.provenance_notes(df, ceiling))
 
 
+def test_a_cp_efficiency_above_one_beyond_the_tie_margin_is_explained_not_shown_as_a_gain(tmp_path):
+    kernels, cp = rd.kernels_df(), rd.cp_df()
+    assert not any("CP rows" in n for n in tables.provenance_notes(kernels, cp=tables.cp_table(cp, kernels)))
+    cp.loc[cp["cell_id"] == "ring/causal/bfloat16_fwd_64x2", "tflops_per_gpu"] = 1.175  # baseline 0.5
+    cp.loc[cp["cell_id"] == "ring/causal/bfloat16_bwd_64x2", "tflops_per_gpu"] = 0.41   # 1.025: a tie with 1
+    table = tables.cp_table(cp, kernels)
+    notes = " ".join(tables.provenance_notes(kernels, cp=table, tie_margin=0.05))
+    assert "1 CP rows run faster per GPU than their one-GPU baseline (efficiency up to 2.35, " \
+           "ring/causal/bfloat16_fwd_64x2)" in notes
+    out = report.render(kernels, tmp_path / "r.html", cp=cp, config={"tie_margin": 0.05})
+    assert "not as a gain" in out.read_text()
+
+
 def test_the_fits_table_says_the_longest_ok_length_its_need_and_the_first_oom():
     df = rd.kernels_df(device="cuda")
     causal = (df["mask"] == "causal") & (df["kernel"] == "fast_kernel") & (df["direction"] == "fwd")

@@ -478,7 +478,7 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
         "shapes": tables.problem_shapes(kernels),
         "timing": _timing_phrase(kernels),
         "gate_seqlens": tables.gate_seqlens(kernels),
-        "provenance": tables.provenance_notes(kernels, ceilings),
+        "provenance": tables.provenance_notes(kernels, ceilings, cp, tie_margin),
         "not_measured": [c.name for c in not_measured or []],
         "not_measured_per_kernel": tables.per_kernel(not_measured or []),
         "fits": [{**e, "longest_ok": seqlen_label(e["longest_ok"]) if e["longest_ok"] else "none",

@@ -536,13 +536,15 @@ def _distinct(df: pd.DataFrame, column: str) -> list:
     return sorted({v for v in df[column].dropna()}) if column in df else []
 
 
-def provenance_notes(kernels: pd.DataFrame, ceilings: dict | None = None) -> list[str]:
+def provenance_notes(kernels: pd.DataFrame, ceilings: dict | None = None, cp: pd.DataFrame | None = None,
+                     tie_margin: float = 0.0) -> list[str]:
     """Where the ok rows of a table come from different runs or conditions, one sentence each:
-    the report shows them above its answers, so a reader compares only what is comparable."""
+    the report shows them above its answers, so a reader compares only what is comparable.
+    ``cp``: the CP table with its efficiencies (``cp_table``)."""
+    notes = _cp_efficiency_notes(cp, tie_margin)
     ok = kernels[kernels["status"] == "ok"] if len(kernels) else kernels
     if not len(ok):
-        return []
-    notes = []
+        return notes
     devices = _distinct(ok, "device_name")
     if len(devices) > 1:
         notes.append(f"Rows were measured on {len(devices)} devices ({', '.join(devices)}): compare kernels "
@@ -585,6 +587,22 @@ def provenance_notes(kernels: pd.DataFrame, ceilings: dict | None = None) -> lis
                          f"({entry.get('tflops'):.3g} TFLOPs/s): the ceiling and those rows ran under different "
                          "conditions (load, clocks), so neither bounds the other here.")
     return notes
+
+
+def _cp_efficiency_notes(cp: pd.DataFrame | None, tie_margin: float) -> list[str]:
+    """CP rows faster per GPU than their one-GPU baseline beyond the tie margin: no parallel gain
+    explains that, so the report says what does (another run or load, or other calls)."""
+    if cp is None or "efficiency" not in cp or not len(cp):
+        return []
+    above = cp[cp["efficiency"] > 1.0 + tie_margin]
+    if not len(above):
+        return []
+    top = above.loc[above["efficiency"].idxmax()]
+    return [f"{len(above)} CP rows run faster per GPU than their one-GPU baseline (efficiency up to "
+            f"{top['efficiency']:.2f}, {top['cell_id']}): parallelism cannot do that, so the CP cell and the "
+            "kernel cell it is divided by ran under different conditions (another run, other load) or as other "
+            "calls (the strategy's pieces against one call); read such an efficiency as a comparison of "
+            "two measurements, not as a gain."]
 
 
 def longest_fits(kernels: pd.DataFrame, masks: list[str] | None = None) -> list[dict]:

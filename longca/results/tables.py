@@ -553,12 +553,15 @@ def provenance_notes(kernels: pd.DataFrame, ceilings: dict | None = None, cp: pd
     # Machines may share a name (every cloud box a "vm"): the days the rows were timed on tell runs apart too.
     days = sorted({str(at)[:10] for at in ok["timed_at"].dropna()}) if "timed_at" in ok else []
     if len(hosts) > 1 or len(days) > 1:
-        where = [f"{len(hosts)} machines ({', '.join(map(str, hosts[:4]))}{', …' if len(hosts) > 4 else ''})"
-                 if len(hosts) > 1 else "", f"{len(days)} days ({days[0]} to {days[-1]})" if len(days) > 1 else ""]
+        where = []
+        if len(hosts) > 1:
+            where.append(f"{len(hosts)} machines ({', '.join(map(str, hosts[:4]))}{', …' if len(hosts) > 4 else ''})")
+        if len(days) > 1:
+            where.append(f"{len(days)} days ({days[0]} to {days[-1]})")
         loads = ok["timed_load_1m"].dropna() if "timed_load_1m" in ok else pd.Series(dtype=float)
         load = (f"; the host's 1-minute load average when timed ranged {loads.min():.1f}–{loads.max():.1f}"
                 if len(loads) > 1 and loads.max() > loads.min() else "")
-        notes.append(f"Timings come from more than one run, on {' and '.join(w for w in where if w)}{load}: "
+        notes.append(f"Timings come from more than one run, on {' and '.join(where)}{load}: "
                      "re-timing a stage on another machine moved cells by up to a few percent "
                      "(docs/results/README.md), which is why close calls are ties.")
     if "kernel_library" in ok:
@@ -598,8 +601,8 @@ def _cp_efficiency_notes(cp: pd.DataFrame | None, tie_margin: float) -> list[str
     if not len(above):
         return []
     top = above.loc[above["efficiency"].idxmax()]
-    return [f"{len(above)} CP rows run faster per GPU than their one-GPU baseline (efficiency up to "
-            f"{top['efficiency']:.2f}, {top['cell_id']}): parallelism cannot do that, so the CP cell and the "
+    return [f"CP rows faster per GPU than their one-GPU baseline: {len(above)} (efficiency up to "
+            f"{top['efficiency']:.2f}, {top['cell_id']}). Parallelism cannot do that, so the CP cell and the "
             "kernel cell it is divided by ran under different conditions (another run, other load) or as other "
             "calls (the strategy's pieces against one call); read such an efficiency as a comparison of "
             "two measurements, not as a gain."]

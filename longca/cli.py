@@ -215,13 +215,19 @@ def _cp_cell(args: argparse.Namespace) -> int:
         print(f"{cell_id}: unsupported ({row['reason']})", file=sys.stderr)
         return 0  # not a measurement: the progress line counts only the cell jobs it planned
     row = run(settings, args.out, cell_id=cell_id, fingerprint=args.fingerprint, timeout_s=args.timeout,
-              threads=args.threads)
+              threads=args.threads, isolation=args.isolation, job_started=args.job_started)
     summary = f"{cell_id}: {row['status']}"
     summary += (f" {row['tflops_per_gpu']:.3f} TFLOPs/s per GPU" if row["status"] == "ok"
                 else f" ({row['reason']})")
     print(summary, file=sys.stderr)
     progress.record(cell_id, row)  # the run's progress line (longca/execution/progress.py); nothing outside a run
     return 0
+
+
+def _cp_group(args: argparse.Namespace) -> int:
+    from .execution.cp_group import exec_group
+
+    return exec_group(args)
 
 
 def _cp_strategies(args: argparse.Namespace) -> int:
@@ -289,9 +295,23 @@ def build_parser() -> argparse.ArgumentParser:
     cpc.add_argument("--fingerprint", default=None)
     cpc.add_argument("--timeout", type=float, default=600, help="seconds before the whole job is killed")
     cpc.add_argument("--threads", type=int, default=0, help="CPU threads for the cell, shared by its ranks")
+    cpc.add_argument("--isolation", default="fork", choices=("fork", "worker", "resident"),
+                     help="fork: a torchrun of its own; worker/resident: the resident group of its GPU set")
+    cpc.add_argument("--job-started", type=float, default=None, metavar="EPOCH_S",
+                     help="when the cell's job began (the row's job_wall_s runs from there; default: now)")
     cpc.add_argument("--unsupported", default=None, metavar="REASON",
                      help="write an `unsupported` row with this reason instead of running the cell")
     cpc.set_defaults(func=_cp_cell)
+
+    cpg = sub.add_parser("cp-group", help="serve CP cells from a resident torchrun group on a GPU set "
+                                          "(started by cp-cell --isolation worker/resident)")
+    cpg.add_argument("--socket", required=True)
+    cpg.add_argument("--nproc", type=int, required=True)
+    cpg.add_argument("--device", choices=("cpu", "cuda"), required=True)
+    cpg.add_argument("--devices", default="", help="the GPUs (CUDA_VISIBLE_DEVICES entries), comma-separated")
+    cpg.add_argument("--threads", type=int, default=0, help="torch CPU threads per rank")
+    cpg.add_argument("--collective-timeout", type=float, default=480.0)
+    cpg.set_defaults(func=_cp_group)
 
     cps = sub.add_parser("cp-strategies", help="list the CP strategies and their options")
     cps.set_defaults(func=_cp_strategies)

@@ -1,10 +1,12 @@
 """Run under torchrun by tests/test_cp_distributed.py: the CP correctness gate for every strategy ×
 mask × dtype × direction in one process group, one JSON line per case on rank 0.
 
-    cp_gate_script.py OUT SEQLEN [STRATEGIES] [MASKS] [--layouts]
+    cp_gate_script.py OUT SEQLEN [STRATEGIES] [MASKS] [--layouts] [--pieces]
 
 ``--layouts`` runs `usp` at every Ulysses degree and `double_ring` at every window that divides the
-world size (each rank grid the 2-D strategies can take), instead of their default layout."""
+world size (each rank grid the 2-D strategies can take), instead of their default layout.
+``--pieces`` makes the local kernel run each block as pieces (``local_calls: pieces``) instead of
+one call per block."""
 
 import json
 import sys
@@ -26,6 +28,9 @@ MASKS = {
 }
 
 
+# The strategies whose blocks go through longca.cp.local (the others take no local_calls option).
+LOCAL_CALLS = ("allgather", "double_ring", "ring", "ulysses", "usp")
+
 # The option that sets each 2-D strategy's rank grid (see longca/cp/usp.py, double_ring.py).
 LAYOUT_OPTION = {"usp": "ulysses_degree", "double_ring": "window"}
 
@@ -37,8 +42,9 @@ def layouts(strategy: str, world: int, all_layouts: bool) -> list[dict]:
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if a != "--layouts"]
+    args = [a for a in sys.argv[1:] if a not in ("--layouts", "--pieces")]
     all_layouts = "--layouts" in sys.argv
+    calls = {"local_calls": "pieces"} if "--pieces" in sys.argv else {}
     out_path, seqlen = args[0], int(args[1])
     strategies = args[2].split(",") if len(args) > 2 else cp.names()
     masks = {m: MASKS[m] for m in args[3].split(",")} if len(args) > 3 else MASKS
@@ -53,7 +59,8 @@ def main() -> None:
                 for direction in ("fwd", "bwd"):
                     spec = CPSpec(strategy=strategy, mask=mask, seqlen=seqlen, cp_size=world, direction=direction,
                                   dtype=dtype, heads_q=8, heads_kv=2,
-                                  head_dim=16, mask_params=params, seed=3, strategy_options=options)
+                                  head_dim=16, mask_params=params, seed=3,
+                                  strategy_options={**options, **(calls if strategy in LOCAL_CALLS else {})})
                     problem = spec.problem(torch.device("cpu"))
                     try:
                         ok, err, tol, detail = correctness_gate(spec, problem)

@@ -114,17 +114,22 @@ def test_merge_guards_rows_without_keys():
     assert torch.allclose(acc_out[0, 0, 2], torch.tensor([5.0, 6.0]))
 
 
+@pytest.mark.parametrize("calls", ["auto", "pieces"])
 @pytest.mark.parametrize("kernel", ["sdpa_math", "sdpa_flash"])
-def test_block_attention_pieces_match_reference(kernel):
-    """A whole mask as one block: pieces + merge reproduce the exact reference, forward and backward."""
+def test_block_attention_pieces_match_reference(kernel, calls):
+    """A whole mask as one block, as one call (``auto``: a dense mask on the CPU) or as pieces +
+    merge: both reproduce the exact reference, forward and backward."""
     from longca.attention import reference
+    from longca.cp.local import FusedBlock
 
     torch.manual_seed(0)
     for name in ("causal", "sliding_window", "varlen_causal", "global_sliding_window"):
         mask = _mask(name, 100, 0)
-        block = BlockAttention(kernel, torch.device("cpu"), 4, 2, 8)
+        block = BlockAttention(kernel, torch.device("cpu"), 4, 2, 8, calls=calls)
+        assert block.calls == ("fused" if calls == "auto" else "pieces")
         spans = (Span(0, 100, 0),)
         pieces = block.pieces(restrict(mask, spans, spans))
+        assert isinstance(pieces, FusedBlock) == (calls == "auto")
         q, k, v, do = (torch.randn(1, 100, h, 8, dtype=torch.float64) for h in (4, 2, 2, 4))
         acc = block.new_accumulators(q)
         block.forward(q, k, v, pieces, acc)
@@ -145,3 +150,27 @@ def test_flash_without_mask_tensor_is_unsupported_for_diagonal_pieces():
 
     with pytest.raises(Unsupported, match="bi_causal"):
         to_pieces([AttnSlice(0, 4, 0, 8, "bi_causal")], frozenset({"full", "causal"}), "sdpa_flash")
+
+
+def test_block_rows_that_attend_nothing_get_no_weight_when_fused():
+    """A block whose first rows attend no key (a ring step's off-diagonal block of a causal mask):
+    the one-call path gives them LSE -inf and a zero output, so merging it changes nothing there."""
+    from longca.attention.masks import AttnSlice
+
+    block = BlockAttention("sdpa_flash", torch.device("cpu"), 2, 1, 4)
+    pieces = block.pieces([AttnSlice(4, 8, 0, 4, "full")])
+    q, k, v = torch.randn(1, 8, 2, 4), torch.randn(1, 4, 1, 4), torch.randn(1, 4, 1, 4)
+    acc = block.new_accumulators(q)
+    block.forward(q, k, v, pieces, acc)
+    out, lse = acc
+    assert torch.isneginf(lse[..., :4]).all() and torch.isfinite(lse[..., 4:]).all()
+    assert torch.equal(out[:, :, :4], torch.zeros_like(out[:, :, :4])) and torch.isfinite(out).all()
+
+
+def test_auto_local_kernel_is_the_first_available_and_an_unknown_calls_value_is_refused():
+    from longca.cp.local import AUTO_LOCAL_KERNELS, resolve_local_kernel
+
+    assert resolve_local_kernel("auto", torch.device("cpu")) == AUTO_LOCAL_KERNELS["cpu"][0]
+    assert resolve_local_kernel("sdpa_math", torch.device("cpu")) == "sdpa_math"
+    with pytest.raises(ValueError, match="local_calls 'one'"):
+        BlockAttention("sdpa_math", torch.device("cpu"), 2, 1, 4, calls="one")

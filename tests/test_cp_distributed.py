@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,10 +22,13 @@ def _torchrun(nproc: int, *args: str, timeout: float = 600, env=None) -> subproc
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world, seqlen", [(2, 384), (4, 512)])
-def test_every_strategy_matches_the_reference(tmp_path, world, seqlen):
+@pytest.mark.parametrize("world, seqlen, calls", [(2, 384, "auto"), (2, 384, "pieces"), (4, 512, "auto")])
+def test_every_strategy_matches_the_reference(tmp_path, world, seqlen, calls):
+    """Blocks as one call each (the default: a dense mask per block on the CPU) and as pieces."""
     out = tmp_path / "gate.jsonl"
-    proc = _torchrun(world, str(HERE / "cp_gate_script.py"), str(out), str(seqlen), ",".join(n for n in cp.names() if not n.startswith("test_")))
+    proc = _torchrun(world, str(HERE / "cp_gate_script.py"), str(out), str(seqlen),
+                     ",".join(n for n in cp.names() if not n.startswith("test_")),
+                     *(["--pieces"] if calls == "pieces" else []))
     assert proc.returncode == 0, proc.stderr[-4000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     ours = [r for r in rows if r["strategy"] in OURS]
@@ -97,3 +101,56 @@ def test_eight_ranks_every_strategy_and_every_2d_layout_match_the_reference(tmp_
     assert {o for s, o in layouts if s == "usp"} == {(("ulysses_degree", d),) for d in (1, 2, 4, 8)}
     assert {o for s, o in layouts if s == "double_ring"} == {(("window", d),) for d in (1, 2, 4, 8)}
     assert max(r["error"] for r in rows if r["dtype"] == "float32") < 1e-5
+
+
+def _resident_settings(**over):
+    settings = {"strategy": "ring", "mask": "varlen_causal", "seqlen": 512, "cp_size": 2, "heads_q": 4,
+                "heads_kv": 2, "head_dim": 16, "gate_seqlen": 128, "reps": 2, "warmup": 0, "device": "cpu",
+                "strategy_options": {"local_kernel": "sdpa_math"}}
+    return {**settings, **over}
+
+
+def _group_processes() -> list[str]:
+    """The ranks of this test's resident group (its name is in their socket path)."""
+    from longca.execution.cp_group import group_name
+
+    marker = group_name("cpu", ["cpu", "cpu"], 2)
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "cp_resident" in line and marker in line]
+
+
+@pytest.mark.slow
+def test_resident_group_measures_cell_after_cell_and_ends_when_idle(tmp_path, monkeypatch):
+    """Two CP cells through `cp-cell`'s warm isolation: one torchrun group measures both (the second
+    pays no start-up), each row says so and how long its job took; the group exits once idle."""
+    from longca.execution.cp_launch import run
+
+    monkeypatch.setenv("LONGCA_WORKER_IDLE_S", "3")
+    monkeypatch.setenv("LONGCA_TEST_GROUP", str(tmp_path))  # a group of this test's own (worker key)
+    rows = [run(_resident_settings(direction=d), str(tmp_path / f"{d}.json"), cell_id=f"ring/{d}", timeout_s=120,
+                threads=2, isolation="worker") for d in ("fwd", "bwd")]
+    assert [r["status"] for r in rows] == ["ok", "ok"], [r.get("reason") for r in rows]
+    assert [r["isolation"] for r in rows] == ["resident", "resident"]
+    assert [r["group_cell"] for r in rows] == [1, 2]
+    for row in rows:
+        assert row["job_wall_s"] >= row["wall_s"] >= row["timed_wall_s"] > 0
+        assert json.loads(row["notes"])["local_calls"] == "fused"
+        assert json.loads((tmp_path / f"{row['direction']}.json").read_text())["job_wall_s"] == row["job_wall_s"]
+    deadline = time.monotonic() + 60
+    while _group_processes() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _group_processes(), "the resident group outlived its idle time"
+
+
+@pytest.mark.slow
+def test_hung_cell_in_a_resident_group_is_a_timeout_row_and_the_group_is_killed(tmp_path, monkeypatch):
+    from longca.execution.cp_launch import run
+
+    monkeypatch.setenv("LONGCA_TEST_KERNELS", "1")
+    monkeypatch.setenv("LONGCA_TEST_GROUP", str(tmp_path))
+    settings = _resident_settings(strategy="test_hang", mask="causal", seqlen=256, strategy_options={})
+    row = run(settings, str(tmp_path / "row.json"), cell_id="test_hang/causal", timeout_s=20, threads=2,
+              isolation="worker")
+    assert row["status"] == "timeout" and row["isolation"] == "resident", row
+    time.sleep(1)
+    assert not _group_processes(), "a killed group left ranks behind"

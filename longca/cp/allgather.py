@@ -28,11 +28,12 @@ class AllGather(Strategy):
     def plan(self, mask, heads_q, heads_kv, head_dim, device, dtype) -> None:
         self.layout = layouts.build(self.opts["layout"], mask, self.world)
         self.comm = Comm(self.group, self)
-        self.block = BlockAttention(self.opts["local_kernel"], device, heads_q, heads_kv, head_dim)
+        self.block = BlockAttention(self.opts["local_kernel"], device, heads_q, heads_kv, head_dim,
+                                    calls=self.opts["local_calls"])
         slices = restrict(mask, self.layout.shards[self.rank], self.layout.concatenated(range(self.world)))
         self.pieces = self.block.pieces(slices)
         self.rank_area = area(slices)
-        self.notes = {"layout": self.layout.name}
+        self.notes = {"layout": self.layout.name, "local_kernel": self.block.kernel, "local_calls": self.block.calls}
 
     def _forward(self, q, k, v):
         k_all, v_all = _gathered(self.comm, k), _gathered(self.comm, v)

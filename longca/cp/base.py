@@ -30,7 +30,9 @@ class Strategy:
     name: str = ""
     description: str = ""
     # Options a strategy accepts from config (cp_options: {<name>: {...}}) and their defaults.
-    options: dict[str, Any] = {"local_kernel": "sdpa_flash", "layout": "auto"}
+    # local_kernel: a registry kernel or ``auto`` (``longca.cp.local.AUTO_LOCAL_KERNELS``);
+    # local_calls: ``auto`` (one call per block where the kernel can) or ``pieces``.
+    options: dict[str, Any] = {"local_kernel": "auto", "local_calls": "auto", "layout": "auto"}
 
     def __init__(self, group: dist.ProcessGroup | None = None, options: dict[str, Any] | None = None):
         unknown = sorted(set(options or {}) - set(self.options))

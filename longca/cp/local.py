@@ -1,6 +1,7 @@
 """One CP block on one rank: its slices computed by a registry kernel, merged by log-sum-exp.
 
-``Piece``s are what a fused kernel can take in one call: a FULL rectangle, a square causal
+A block goes to the kernel as one call where the kernel can take the whole block
+(``longca.cp.fused``: FFA's ranges, a mask tensor on the CPU); otherwise as pieces.  ``Piece``s are what a fused kernel can take in one call: a FULL rectangle, a square causal
 triangle, or (where the kernel accepts a mask tensor) a small dense pattern for the diagonal
 pieces sliding windows leave.  ``BlockAttention`` runs the pieces of a block through the kernel's
 LSE entry point (``Kernel.lse_ops``) and folds each into float32 accumulators with a guarded
@@ -18,6 +19,38 @@ import torch
 from .. import kernels
 from ..attention.masks import AttnSlice, SliceKind
 from .base import Unsupported
+from .fused import block_ops
+
+# ``local_kernel: auto``: the first of these the machine has.  FFA first: a CP block of a document
+# mask is one FFA call but dozens of per-piece calls for the others.
+AUTO_LOCAL_KERNELS = {"cuda": ("ffa", "sdpa_cudnn", "sdpa_flash"), "cpu": ("sdpa_flash", "sdpa_math")}
+# ``local_calls``: ``auto`` runs a block as one call where the kernel can (``longca.cp.fused``);
+# ``pieces`` makes one call per piece even then (to measure what fusing buys).
+LOCAL_CALLS = ("auto", "pieces")
+
+
+def resolve_local_kernel(name: str, device: torch.device) -> str:
+    """``name``, or for ``auto`` the first kernel of ``AUTO_LOCAL_KERNELS`` available on ``device``."""
+    if name != "auto":
+        return name
+    kind = torch.device(device).type
+    for candidate in AUTO_LOCAL_KERNELS.get(kind, ()):
+        adapter = kernels.get(candidate)
+        if not adapter.available() and adapter.lse_ops(torch.device(device)) is not None:
+            return candidate
+    raise Unsupported(f"local_kernel auto: none of {', '.join(AUTO_LOCAL_KERNELS.get(kind, ())) or 'no kernel'} "
+                      f"runs on {kind} here")
+
+
+@dataclass(frozen=True)
+class FusedBlock:
+    """A block the kernel runs in one call: its slices and what the kernel prepared for them."""
+
+    slices: tuple[AttnSlice, ...]
+    prepared: object
+
+    def __bool__(self) -> bool:
+        return bool(self.slices)
 
 
 @dataclass(frozen=True)
@@ -83,7 +116,10 @@ class BlockAttention:
     """A registry kernel's LSE entry point on ``(b, s, h, d)`` tensors with GQA."""
 
     def __init__(self, kernel: str, device: torch.device, heads_q: int, heads_kv: int, head_dim: int,
-                 scale: float | None = None):
+                 scale: float | None = None, calls: str = "auto"):
+        if calls not in LOCAL_CALLS:
+            raise ValueError(f"local_calls {calls!r} is not one of {', '.join(LOCAL_CALLS)}")
+        kernel = resolve_local_kernel(kernel, device)
         adapter = kernels.get(kernel)
         missing = adapter.available()
         if missing:
@@ -93,10 +129,22 @@ class BlockAttention:
             raise Unsupported(f"local kernel {kernel} exposes no attention-with-LSE entry point on "
                               f"{torch.device(device).type} (CP strategies merge partial blocks by LSE)")
         self.kernel, self.ops, self.modes = kernel, ops, ops.modes
+        self.device = torch.device(device)
+        self.fused = block_ops(kernel, self.device) if calls == "auto" else None
         self.group = heads_q // heads_kv
         self.scale = head_dim ** -0.5 if scale is None else scale
 
-    def pieces(self, slices: Sequence[AttnSlice]) -> tuple[Piece, ...]:
+    @property
+    def calls(self) -> str:
+        """How a block reaches the kernel: ``fused`` (one call) or ``pieces`` (one call per piece)."""
+        return "fused" if self.fused is not None else "pieces"
+
+    def pieces(self, slices: Sequence[AttnSlice]):
+        """What ``forward``/``backward`` take for a block restricted to ``slices``: a ``FusedBlock``
+        or the pieces; falsy when the block attends nothing."""
+        if self.fused is not None:
+            slices = tuple(s for s in slices if s.area() > 0)
+            return FusedBlock(slices, self.fused.prepare(slices, self.device) if slices else None)
         return to_pieces(slices, self.modes, self.kernel)
 
     # Layout helpers: kernels take (b, h, s, d) with as many KV heads as query heads.
@@ -129,6 +177,10 @@ class BlockAttention:
         if not pieces:
             return
         acc_out, acc_lse = acc
+        if isinstance(pieces, FusedBlock):
+            out, lse = self.fused.forward(q, k, v, pieces.prepared, self.scale)
+            merge_into(acc_out, acc_lse, out, lse)
+            return
         qh, kh, vh = self._heads(q), self._expand(k), self._expand(v)
         for p in pieces:
             bias = self._bias(p, q.device) if p.mode == "bias" else None
@@ -152,6 +204,10 @@ class BlockAttention:
         float32 ``(b, s, h_kv, d)``, or None when the block attends nothing."""
         if not pieces:
             return None
+        if isinstance(pieces, FusedBlock):
+            dq, dk, dv = self.fused.backward(dout, q, k, v, out, lse_bwd, pieces.prepared, self.scale)
+            dq_acc += dq
+            return dk, dv
         qh, kh, vh = self._heads(q), self._expand(k), self._expand(v)
         doh, oh = self._heads(dout), self._heads(out)
         b, h, sk, d = kh.shape

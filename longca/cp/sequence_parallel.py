@@ -59,7 +59,8 @@ class SequenceParallel(Strategy):
         self.ulysses, self.ring = Comm(ug, self), Comm(rg, self)
         self.inner, self.outer = Comm(ig, self), Comm(og, self)
         heads_kv_local = heads_kv * self.rep // u
-        self.block = BlockAttention(self.opts["local_kernel"], device, heads_q // u, heads_kv_local, head_dim)
+        self.block = BlockAttention(self.opts["local_kernel"], device, heads_q // u, heads_kv_local, head_dim,
+                                    calls=self.opts["local_calls"])
 
         def member_spans(i: int) -> tuple[Span, ...]:  # ring member i = Ulysses group i
             return self.layout.concatenated(range(i * u, (i + 1) * u))
@@ -70,7 +71,8 @@ class SequenceParallel(Strategy):
         self.rank_area = sum(area(b) for b in blocks) // u  # this rank computes 1/U of the heads
         self.u, self.window, self.ring_size = u, window, ring_size
         self.notes = {"ulysses_degree": u, "ring_degree": ring_size, "ring_window": window,
-                      "kv_replication": self.rep, "layout": self.layout.name}
+                      "kv_replication": self.rep, "layout": self.layout.name,
+                      "local_kernel": self.block.kernel, "local_calls": self.block.calls}
 
     def _attend_forward(self, q, k, v, acc):
         if self.ring_size == 1:

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import kept_rows
+from . import cp_group, kept_rows
 from .atomic import write_json_atomic
 
 # Ranks give up on a collective somewhat before the launcher kills them, so a hung collective is
@@ -82,7 +82,7 @@ def torchrun_command(settings: dict, out: str, *, cell_id: str, fingerprint: str
         threads_per_rank = max(1, threads // nproc) if threads else 0
     cmd = launcher + [
            "-m", "longca.execution.measure.cp_rank", "--settings", json.dumps(settings, sort_keys=True), "--out", out,
-           "--cell-id", cell_id, "--timeout", f"{max(timeout_s * COLLECTIVE_SHARE, 5):g}"]
+           "--cell-id", cell_id, "--timeout", f"{_collective_timeout(timeout_s):g}"]
     if fingerprint:
         cmd += ["--fingerprint", fingerprint]
     if threads_per_rank:
@@ -112,8 +112,12 @@ def failure_row(settings: dict, status: str, reason: str, *, cell_id: str, finge
 
 
 def run(settings: dict, out: str, *, cell_id: str, fingerprint: str | None = None, timeout_s: float = 600,
-        threads: int = 0) -> dict:
+        threads: int = 0, isolation: str = "fork", job_started: float | None = None) -> dict:
+    """Measure the cell (in its GPU set's resident group under a warm ``isolation`` on one machine,
+    else in a ``torchrun`` of its own) and write its row; ``job_started``: when the cell's job
+    began (its row's ``job_wall_s`` runs from there to the row)."""
     started = time.time()
+    job_started = started if job_started is None else job_started
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     if os.path.exists(out):
         os.remove(out)  # a stale row must not pass for this run's
@@ -121,10 +125,35 @@ def run(settings: dict, out: str, *, cell_id: str, fingerprint: str | None = Non
     if kept is not None:  # measured by an earlier job that was lost before Snakemake recorded it
         write_json_atomic(kept, out)
         return kept
-    row = _run(settings, out, cell_id=cell_id, fingerprint=fingerprint, timeout_s=timeout_s, threads=threads,
-               started=started)
+    if isolation in cp_group.RESIDENT and nodes_of(settings) == 1:
+        row = _run_resident(settings, cell_id=cell_id, fingerprint=fingerprint, timeout_s=timeout_s,
+                            threads=threads, started=started)
+    else:
+        row = _run(settings, out, cell_id=cell_id, fingerprint=fingerprint, timeout_s=timeout_s, threads=threads,
+                   started=started)
+    row["isolation"] = "resident" if isolation in cp_group.RESIDENT and nodes_of(settings) == 1 else "fork"
+    row["job_wall_s"] = time.time() - job_started
+    write_json_atomic(row, out)
     kept_rows.keep(out, settings, fingerprint, row)
     return row
+
+
+def _collective_timeout(timeout_s: float) -> float:
+    return max(timeout_s * COLLECTIVE_SHARE, 5)
+
+
+def _run_resident(settings: dict, *, cell_id: str, fingerprint: str | None, timeout_s: float, threads: int,
+                  started: float) -> dict:
+    kind, result = cp_group.measure(settings, cell_id=cell_id, fingerprint=fingerprint, timeout_s=timeout_s,
+                                    collective_timeout_s=_collective_timeout(timeout_s), threads=threads)
+    if kind == "row":
+        return result
+    if kind == "timeout":
+        return failure_row(settings, "timeout", f"CP cell killed after its {timeout_s:g} s limit (its resident group "
+                           "was killed with it)", cell_id=cell_id, fingerprint=fingerprint,
+                           wall_s=time.time() - started)
+    return failure_row(settings, "error", result, cell_id=cell_id, fingerprint=fingerprint,
+                       wall_s=time.time() - started)
 
 
 def _run(settings: dict, out: str, *, cell_id: str, fingerprint: str | None, timeout_s: float, threads: int,

@@ -166,6 +166,10 @@ def cp_fingerprint(strategy: str, local_kernel: str | None = None) -> str:
     code = PROBLEM_CODE + PARTS["gate"].code + PARTS["time"].code
     files = ([PACKAGE / p for p in code] + cp.source_files(strategy)
              + [PACKAGE / "execution" / "measure" / "cp_cell.py", PACKAGE / "kernels" / "_lse_ops.py"])
-    if local_kernel:
+    if local_kernel == "auto":  # any of the kernels auto may pick, on any device
+        from ..cp.local import AUTO_LOCAL_KERNELS
+
+        files += [kernels.source_file(k) for k in sorted({k for ks in AUTO_LOCAL_KERNELS.values() for k in ks})]
+    elif local_kernel:
         files.append(kernels.source_file(local_kernel))
     return files_fingerprint(files)

@@ -121,3 +121,30 @@ def acquire_all(devices: list[str], *, lock_dir: Path | None = None) -> list[Slo
         fcntl.flock(fd, fcntl.LOCK_EX)
         slots.append(_held(fd, i, device))
     return slots
+
+
+def acquire_set(devices: list[str], size: int, *, lock_dir: Path | None = None, poll_s: float = 0.05) -> list[Slot]:
+    """The slots of ``size`` devices free together, blocking until some are: the aligned groups
+    (devices 0-1, 2-3, ... for size 2) are tried in turn, each all or nothing, so two cp_size-2
+    cells run at once on a 4-GPU host and nobody holds part of a group while waiting for the rest."""
+    if size > len(devices):
+        raise ValueError(f"{size} GPUs asked for, {len(devices)} visible ({', '.join(devices) or 'none'})")
+    lock_dir = default_lock_dir() if lock_dir is None else Path(lock_dir)
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    groups = [devices[i:i + size] for i in range(0, len(devices) - size + 1, size)]
+    while True:
+        for group in groups:
+            held: list[Slot] = []
+            for i, device in enumerate(group):
+                fd = _open_lock(lock_dir, device)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    break
+                held.append(_held(fd, i, device))
+            if len(held) == size:
+                return held
+            for slot in held:
+                slot.release()
+        time.sleep(poll_s)

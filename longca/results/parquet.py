@@ -22,7 +22,7 @@ from ..execution.atomic import write_json_atomic  # noqa: F401 — re-exported: 
 # 2: peak_mem_bytes is what one call needs (the memory part), gate_seqlen the length the gate checked.
 SCHEMA_VERSION = 2
 # 2: gate_seqlen is the length the gate checked, and gate_area is new.
-CP_SCHEMA_VERSION = 2
+CP_SCHEMA_VERSION = 3
 
 _ARROW_TYPES = {int: pa.int32(), float: pa.float64(), bool: pa.bool_()}
 
@@ -120,13 +120,20 @@ CP_SCHEMA = pa.schema(
         ("comm_bytes", pa.int64()),
         ("rank_comm_bytes", pa.list_(pa.int64())),
         ("rank_area", pa.list_(pa.int64())),
+        ("rank_area_max_over_mean", pa.float64()),
     ] + _GATE + [
         ("notes", pa.string()),
         ("backend", pa.string()),
         ("device_name", pa.string()),
         ("cpu_name", pa.string()),
         ("hostnames", pa.list_(pa.string())),
-    ] + _SOFTWARE + [("nccl_version", pa.string()), ("libraries", pa.string())] + _PROVENANCE)
+    ] + _SOFTWARE + [("nccl_version", pa.string()), ("libraries", pa.string())] + _PROVENANCE + [
+        ("isolation", pa.string()),
+        ("group_cell", pa.int32()),
+        ("gate_wall_s", pa.float64()),
+        ("timed_wall_s", pa.float64()),
+        ("job_wall_s", pa.float64()),
+    ])
 
 _VERSIONS = {id(KERNEL_SCHEMA): SCHEMA_VERSION, id(CP_SCHEMA): CP_SCHEMA_VERSION}
 

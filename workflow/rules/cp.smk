@@ -41,7 +41,8 @@ rule cp_cell:
         **({} if PLACEMENT == placement.LOCAL else
            {key: cp_job_resource(key) for key in slurm_jobs.cp_cell_resources(CFG, 1)}),
     shell:
-        "{PYTHON} -m longca cp-cell --settings {params.settings:q} --threads {resources.cpus_per_task} "
+        "{PYTHON} -m longca cp-cell --job-started $(date +%s.%N) --isolation {ISOLATION} "
+        "--settings {params.settings:q} --threads {resources.cpus_per_task} "
         "--timeout {CP_TIMEOUT_S} --fingerprint {params.fingerprint} --out {output} 2> {log}"
 
 

@@ -151,10 +151,12 @@ def time_strategy(spec: CPSpec, problem: Problem):
     strategy.comm_bytes = 0
     run()
     comm_bytes = strategy.comm_bytes
+    began = time.perf_counter()
     samples, peak = timing.sample(run, device=device, warmup=spec.warmup, reps=spec.reps, setup=setup,
                                   warmup_ms=spec.warmup_ms, agree=_max_over_ranks)
+    timed_wall_s = time.perf_counter() - began  # the warm-up and timed calls: what a cell is for
     strategy.close()
-    return strategy, samples, peak, comm_bytes
+    return strategy, samples, peak, comm_bytes, timed_wall_s
 
 
 def _gather(value):
@@ -184,14 +186,18 @@ def run_cell(spec: CPSpec) -> dict[str, Any] | None:
                    flops=attention_flops(mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch),
                    mask_params_resolved=json.dumps(dict(mask.params), sort_keys=True, default=str))
         checked = gate_problem(problem, spec.gate_seqlen)
+        gate_began = time.time()
         ok, err, tol, detail = correctness_gate(spec, checked)
+        row["gate_wall_s"] = time.time() - gate_began
         row.update(gate_error=err, gate_tolerance=tol, gate_detail=detail, gate_seqlen=checked.seqlen,
                    gate_area=checked.mask.area())
         if not ok:
             failure = ("wrong", detail)
         else:
-            strategy, samples, peak, comm_bytes = time_strategy(spec, problem)
-            every = _gather({"samples": samples, "peak": peak, "comm": comm_bytes, "area": strategy.rank_area})
+            strategy, samples, peak, comm_bytes, timed_wall_s = time_strategy(spec, problem)
+            every = _gather({"samples": samples, "peak": peak, "comm": comm_bytes, "area": strategy.rank_area,
+                             "timed_wall_s": timed_wall_s})
+            row["timed_wall_s"] = max(r["timed_wall_s"] for r in every)
             slowest = [max(r["samples"][i] for r in every) for i in range(len(samples))]
             result = timing.summarize(slowest)
             row.update({k: getattr(result, k) for k in ("median_ms", "p20_ms", "p80_ms", "min_ms", "max_ms")})
@@ -205,8 +211,12 @@ def run_cell(spec: CPSpec) -> dict[str, Any] | None:
             row["rank_comm_bytes"] = [r["comm"] for r in every]
             row["comm_bytes"] = max(row["rank_comm_bytes"])
             row["rank_area"] = [r["area"] for r in every]
+            # Balance: the slowest rank sets the step, so the largest share against the even one.
+            row["rank_area_max_over_mean"] = (max(row["rank_area"]) * world / sum(row["rank_area"])
+                                              if sum(row["rank_area"]) else None)
             row["layout"] = strategy.layout.name if strategy.layout else None
             row["notes"] = json.dumps(strategy.notes, sort_keys=True, default=str)
+            row["local_kernel"] = strategy.notes.get("local_kernel")  # what `auto` resolved to
             per_gpu = row["flops"] / world
             row["tflops_per_gpu"] = per_gpu / (result.median_ms * 1e-3) / 1e12
             row["tflops_per_gpu_p20"] = per_gpu / (result.p80_ms * 1e-3) / 1e12
@@ -225,7 +235,8 @@ def run_cell(spec: CPSpec) -> dict[str, Any] | None:
     if failure:
         row["status"], row["reason"] = failure
     environment = env.collect(device)
-    row["local_kernel"] = (spec.strategy_options or {}).get("local_kernel") or _default_local_kernel(spec)
+    row["local_kernel"] = (row.get("local_kernel") or (spec.strategy_options or {}).get("local_kernel")
+                           or _default_local_kernel(spec))
     try:
         hosts = _gather(environment["hostname"]) if failure is None or failure[0] != "timeout" else None
     except Exception:  # noqa: BLE001 — a broken group still gets its row written

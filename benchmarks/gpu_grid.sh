@@ -5,7 +5,7 @@ set -u
 
 usage() {
     cat <<'EOF'
-usage: benchmarks/gpu_grid.sh OUTDIR [--budget-s N] [--work DIR] [--overrides FILE] [-- SNAKEMAKE_ARGS...]
+usage: benchmarks/gpu_grid.sh OUTDIR [--budget-s N] [--work DIR] [--overrides FILE] [--target T] [-- SNAKEMAKE_ARGS...]
        benchmarks/gpu_grid.sh OUTDIR [--budget-s N] --as-written
 
 Runs `snakemake all --configfile config/gpu.yaml [FILE] --cores 8 --resources gpu=<GPUs>` in DIR
@@ -25,6 +25,7 @@ options:
   --budget-s N      seconds this script may take (default 600, at least 60)
   --work DIR        the run directory (default: the repository root)
   --overrides FILE  a config file merged over config/gpu.yaml (say what you narrowed)
+  --target T        what Snakemake makes (default all; results/cp.parquet: the CP cells and their table only)
   --as-written      run the README's one-box command exactly as a user types it,
                     `snakemake all --configfile config/gpu.yaml` in the repository root (`snakemake`
                     from PATH, every visible GPU, nothing added); with neither --work nor --overrides
@@ -36,7 +37,7 @@ EOF
 
 die() { echo "gpu_grid.sh: $*" >&2; echo "(benchmarks/gpu_grid.sh --help for usage)" >&2; exit 2; }
 
-OUTDIR="" BUDGET_S=600 WORK="" OVERRIDES="" AS_WRITTEN=""
+OUTDIR="" BUDGET_S=600 WORK="" OVERRIDES="" AS_WRITTEN="" TARGET=all
 SNAKEMAKE_ARGS=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -44,6 +45,7 @@ while [ $# -gt 0 ]; do
         --budget-s) [ $# -ge 2 ] || die "--budget-s needs a number of seconds"; BUDGET_S=$2; shift 2 ;;
         --work) [ $# -ge 2 ] || die "--work needs a folder"; WORK=$2; shift 2 ;;
         --overrides) [ $# -ge 2 ] || die "--overrides needs a config file"; OVERRIDES=$2; shift 2 ;;
+        --target) [ $# -ge 2 ] || die "--target needs a rule or file"; TARGET=$2; shift 2 ;;
         --as-written) AS_WRITTEN=1; shift ;;
         --) shift; SNAKEMAKE_ARGS=("$@"); break ;;
         -*) die "unknown option $1" ;;
@@ -53,7 +55,7 @@ done
 [ -n "$OUTDIR" ] || die "missing OUTDIR: the folder the results go to"
 [[ "$BUDGET_S" =~ ^[0-9]+$ ]] && [ "$BUDGET_S" -ge 60 ] || die "--budget-s must be a whole number of seconds, at least 60"
 [ -z "$OVERRIDES" ] || [ -f "$OVERRIDES" ] || die "--overrides: $OVERRIDES is not a file"
-[ -z "$AS_WRITTEN" ] || [ -z "$WORK$OVERRIDES${SNAKEMAKE_ARGS[*]}" ] \
+[ -z "$AS_WRITTEN" ] || { [ -z "$WORK$OVERRIDES${SNAKEMAKE_ARGS[*]}" ] && [ "$TARGET" = all ]; } \
     || die "--as-written runs the README's command unchanged: no --work, --overrides or Snakemake arguments"
 PYTHON=${PYTHON:-python3}
 mkdir -p "$OUTDIR" || die "cannot create $OUTDIR"
@@ -106,7 +108,7 @@ if [ -n "$AS_WRITTEN" ]; then
     (cd "$REPO" && timeout -s INT -k 20 "$left" snakemake all --configfile config/gpu.yaml) >> "$OUTDIR/snakemake.log" 2>&1
 else
     # Targets first: --configfile and --resources take every word after them.
-    CUDA_VISIBLE_DEVICES=$VISIBLE timeout -s INT -k 20 "$left" "$PYTHON" -m snakemake all "${WORKFLOW[@]}" --cores 8 \
+    CUDA_VISIBLE_DEVICES=$VISIBLE timeout -s INT -k 20 "$left" "$PYTHON" -m snakemake "$TARGET" "${WORKFLOW[@]}" --cores 8 \
         --resources gpu=${#GPUS[@]} ${SNAKEMAKE_ARGS[@]+"${SNAKEMAKE_ARGS[@]}"} >> "$OUTDIR/snakemake.log" 2>&1
 fi
 code=$?

@@ -66,3 +66,19 @@ def test_visible_devices_follow_cuda_visible_devices():
     assert gpu_slots.visible_devices(environ={"CUDA_VISIBLE_DEVICES": ""}) == []
     with pytest.raises(ValueError, match="no GPU"):
         gpu_slots.acquire([])
+
+
+def test_acquire_set_takes_a_whole_free_group_so_two_pairs_share_four_gpus(tmp_path):
+    from longca.execution.gpu_slots import acquire_set
+
+    devices = ["0", "1", "2", "3"]
+    first = acquire_set(devices, 2, lock_dir=tmp_path)
+    second = acquire_set(devices, 2, lock_dir=tmp_path)
+    assert sorted(s.device for s in first + second) == devices
+    assert {s.device for s in first} in ({"0", "1"}, {"2", "3"})
+    for slot in first:
+        slot.release()
+    third = acquire_set(devices, 2, lock_dir=tmp_path)  # the freed pair, not half of each
+    assert {s.device for s in third} == {s.device for s in first}
+    with pytest.raises(ValueError, match="3 GPUs asked for, 2 visible"):
+        acquire_set(["0", "1"], 3, lock_dir=tmp_path)

@@ -120,7 +120,6 @@ CP_SCHEMA = pa.schema(
         ("comm_bytes", pa.int64()),
         ("rank_comm_bytes", pa.list_(pa.int64())),
         ("rank_area", pa.list_(pa.int64())),
-        ("rank_area_max_over_mean", pa.float64()),
     ] + _GATE + [
         ("notes", pa.string()),
         ("backend", pa.string()),

@@ -211,9 +211,6 @@ def run_cell(spec: CPSpec) -> dict[str, Any] | None:
             row["rank_comm_bytes"] = [r["comm"] for r in every]
             row["comm_bytes"] = max(row["rank_comm_bytes"])
             row["rank_area"] = [r["area"] for r in every]
-            # Balance: the slowest rank sets the step, so the largest share against the even one.
-            row["rank_area_max_over_mean"] = (max(row["rank_area"]) * world / sum(row["rank_area"])
-                                              if sum(row["rank_area"]) else None)
             row["layout"] = strategy.layout.name if strategy.layout else None
             row["notes"] = json.dumps(strategy.notes, sort_keys=True, default=str)
             row["local_kernel"] = strategy.notes.get("local_kernel")  # what `auto` resolved to

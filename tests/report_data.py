@@ -66,11 +66,12 @@ def kernels_df(**kw) -> pd.DataFrame:
 
 
 def cp_rows(*, dtype: str = "bfloat16", with_tokens_per_rank: bool = True) -> list[dict]:
-    """Two strategies × cp_size 2, 4 × 64 and 128 tokens per rank (weak scaling, as the CP grid is
-    laid out), on the causal mask; efficiency 0.9 (ring) and 0.7 (ulysses); one OOM cell."""
+    """Two strategies × cp_size 1, 2, 4 × 64 and 128 tokens per rank (weak scaling, as the CP grid is
+    laid out), on the causal mask; scaling 0.9 (ring) and 0.7 (ulysses) against their cp_size-1
+    cells, which run at the single-GPU fast_kernel's speed at that length; one OOM cell."""
     rows = []
     for strategy, factor in (("ring", 0.9), ("ulysses", 0.7)):
-        for cp_size in (2, 4):
+        for cp_size in (1, 2, 4):
             for tokens in (64, 128):
                 seqlen = tokens * cp_size
                 for direction in ("fwd", "bwd"):
@@ -87,7 +88,7 @@ def cp_rows(*, dtype: str = "bfloat16", with_tokens_per_rank: bool = True) -> li
                         row.update(status="oom", reason="CUDA out of memory on rank 3")
                     else:
                         # The single-GPU fast_kernel at `tokens` reaches 2 · tokens / 256 (× 0.8 backward).
-                        tflops = 2.0 * tokens / 256 * factor * (0.8 if direction == "bwd" else 1.0)
+                        tflops = 2.0 * tokens / 256 * (factor if cp_size > 1 else 1.0) * (0.8 if direction == "bwd" else 1.0)
                         row.update(status="ok", tflops_per_gpu=tflops, tflops_per_gpu_p20=tflops * 0.9,
                                    tflops_per_gpu_p80=tflops * 1.05, median_ms=1.0, p20_ms=1.1, p80_ms=0.95,
                                    peak_mem_bytes=seqlen * 2 ** 20, comm_bytes=seqlen * 4096,

@@ -144,17 +144,17 @@ def test_cp_figures_draw_a_line_per_strategy_markers_and_reference_lines(kernels
     fig = plots.cp_scaling_figure(cp, "causal", rd.CEILINGS)
     assert len(fig.axes) == 4  # (fwd, bwd) × (64, 128 tokens per GPU)
     assert fig.axes[0].get_title().endswith("64 tokens per GPU")
-    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["2", "4"]
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["1", "2", "4"]
     assert {"ring (fast_kernel)", "ulysses (fast_kernel)"} <= set(_legend_texts(fig))
     assert _markers(fig) == ["E", "E"]  # ulysses at cp_size 4, 128 tokens per GPU, fwd and bwd
     assert any(ln.get_label().startswith("matmul ceiling per GPU") for ln in fig.axes[0].get_lines())
 
+    # Against the best single-GPU kernel on the same total length (64 tokens per GPU: 64, 128, 256).
     eff = plots.cp_efficiency_figure(cp, kernels, "causal")
-    unit = [ln for ln in eff.axes[0].get_lines() if ln.get_label().startswith("single-GPU")]
+    unit = [ln for ln in eff.axes[0].get_lines() if ln.get_label() == "the best single-GPU kernel"]
     assert len(unit) == 1 and unit[0].get_ydata()[0] == 1.0
-    ys = sorted(round(float(y), 6) for ln in eff.axes[0].get_lines() if not ln.get_label().startswith("single")
-                for y in ln.get_ydata())
-    assert ys == [0.7, 0.7, 0.9, 0.9]
+    ys = sorted(round(float(y), 6) for ln in eff.axes[0].get_lines() if ln not in unit for y in ln.get_ydata())
+    assert ys == [0.175, 0.225, 0.35, 0.45, 1.0, 1.0]
 
 
 def test_cp_figures_on_an_empty_table_say_there_is_nothing(kernels):

@@ -239,29 +239,44 @@ def test_timing_settings():
 # --- context parallelism ---------------------------------------------------------------------
 
 
-def test_cp_efficiency_compares_with_the_single_gpu_kernel_at_tokens_per_rank(kernels):
+def test_cp_scaling_is_against_the_same_strategy_at_cp_size_one(kernels):
     eff = tables.cp_efficiency(rd.cp_df(), kernels).set_index("cell_id")
     ring = eff.loc["ring/causal/bfloat16_fwd_64x2"]
-    # 64 tokens per rank: fast_kernel causal bf16 fwd at 64 is 0.5 TFLOPs/s; ring reaches 0.45 per GPU.
     assert ring["tokens_per_rank"] == 64 and ring["seqlen"] == 128
-    assert ring["baseline_tflops"] == pytest.approx(0.5) and ring["efficiency"] == pytest.approx(0.9)
-    assert ring["baseline_cell_id"] == "fast_kernel/causal/bfloat16_fwd_64"
-    assert eff.loc["ulysses/causal/bfloat16_bwd_64x4", "efficiency"] == pytest.approx(0.7)
+    assert ring["scaling"] == pytest.approx(0.9)          # 0.45 per GPU against its cp_size-1 0.5
+    assert eff.loc["ulysses/causal/bfloat16_bwd_64x4", "scaling"] == pytest.approx(0.7)
+    assert eff.loc["ring/causal/bfloat16_fwd_64x1", "scaling"] == pytest.approx(1.0)
     oom = eff.loc["ulysses/causal/bfloat16_fwd_128x4"]
-    assert np.isnan(oom["efficiency"]) and oom["baseline_note"] == "the CP cell is oom"
+    assert np.isnan(oom["scaling"]) and oom["scaling_note"] == "the CP cell is oom"
+    # Another local kernel at cp_size 1 is another comparison: none.
+    cp = rd.cp_df()
+    cp.loc[cp["cp_size"] == 1, "local_kernel"] = "slow_kernel"
+    again = tables.cp_efficiency(cp, kernels).set_index("cell_id").loc["ring/causal/bfloat16_fwd_64x2"]
+    assert np.isnan(again["scaling"]) and again["scaling_note"].startswith("no cp_size-1 cell")
 
 
-def test_cp_efficiency_says_why_a_baseline_is_missing(kernels):
+def test_cp_vs_one_gpu_is_against_the_fastest_kernel_on_the_same_total_problem(kernels):
+    eff = tables.cp_efficiency(rd.cp_df(), kernels).set_index("cell_id")
+    ring = eff.loc["ring/causal/bfloat16_fwd_64x2"]
+    # seqlen 128: fast_kernel (1.0 TFLOPs/s) beats slow_kernel (0.5); ring reaches 0.45 per GPU.
+    assert (ring["one_gpu_kernel"], ring["one_gpu_tflops"]) == ("fast_kernel", pytest.approx(1.0))
+    assert ring["vs_one_gpu"] == pytest.approx(0.45) and ring["one_gpu_cell_id"] == "fast_kernel/causal/bfloat16_fwd_128"
+    # seqlen 512 (128 tokens × 4): no kernel cell that long.
+    far = eff.loc["ring/causal/bfloat16_fwd_128x4"]
+    assert np.isnan(far["vs_one_gpu"]) and far["one_gpu_note"].startswith("no single-GPU kernel cell at 512 tokens")
+
+
+def test_cp_efficiency_says_why_a_comparison_is_missing(kernels):
     cp = rd.cp_df(with_tokens_per_rank=False)  # tokens per rank derived: seqlen // cp_size
     assert "tokens_per_rank" not in cp.columns or cp["tokens_per_rank"].isna().all()
     cp.loc[0, "mask"] = "no_such_mask"  # no kernel cell for it
-    cp.loc[1, "local_kernel"] = "never_kernel"  # its kernel cells are all unsupported
-    eff = tables.cp_efficiency(cp, kernels)
-    assert eff.loc[0, "tokens_per_rank"] == 64 and np.isnan(eff.loc[0, "efficiency"])
-    assert eff.loc[0, "baseline_note"].startswith("no single-GPU fast_kernel cell at 64 tokens")
-    assert eff.loc[1, "baseline_note"] == f"single-GPU cell never_kernel/causal/bfloat16_{cp.loc[1, 'direction']}_64 " \
-                                          "is unsupported"
-    assert eff.loc[2:, "efficiency"].notna().sum() == len(cp) - 2 - 2  # all but these two and the OOM pair
+    k = kernels.copy()
+    k.loc[(k["seqlen"] == 128) & (k["mask"] == "causal") & (k["direction"] == "bwd"), "status"] = "unsupported"
+    eff = tables.cp_efficiency(cp, k).set_index("cell_id")
+    first = eff.iloc[0]
+    assert first["tokens_per_rank"] == 64 and np.isnan(first["vs_one_gpu"])
+    assert first["one_gpu_note"].startswith("no single-GPU kernel cell at 64 tokens")
+    assert eff.loc["ring/causal/bfloat16_bwd_64x2", "one_gpu_note"] == "no single-GPU kernel ran ok at 128 tokens"
 
 
 def test_cp_efficiency_matches_rows_whose_shapes_were_not_recorded(kernels):
@@ -270,10 +285,10 @@ def test_cp_efficiency_matches_rows_whose_shapes_were_not_recorded(kernels):
     for col in ("batch", "heads_q", "heads_kv", "head_dim"):
         k[col], cp[col] = np.nan, np.nan
     eff = tables.cp_efficiency(cp, k).set_index("cell_id")
-    assert eff.loc["ring/causal/bfloat16_fwd_64x2", "efficiency"] == pytest.approx(0.9)
-    # A recorded shape that differs is another problem: no baseline.
+    assert eff.loc["ring/causal/bfloat16_fwd_64x2", "vs_one_gpu"] == pytest.approx(0.45)
+    # A recorded shape that differs is another problem: no comparison.
     cp["heads_q"] = 8
-    assert tables.cp_efficiency(cp, k)["efficiency"].isna().all()
+    assert tables.cp_efficiency(cp, k)["vs_one_gpu"].isna().all()
 
 
 def test_cp_efficiency_of_an_empty_table_is_empty(kernels):
@@ -292,29 +307,30 @@ def test_rank_imbalance_and_the_cp_table(kernels):
     imb = tables.rank_imbalance([[1, 1, 1, 1], [3, 1], np.array([2, 2]), [], [0, 0], None])
     assert imb[:3] == [1.0, 1.5, 1.0] and all(np.isnan(v) for v in imb[3:])
     table = tables.cp_table(rd.cp_df(), kernels)
-    assert {"efficiency", "baseline_note", "imbalance"} <= set(table.columns)
+    assert {"scaling", "vs_one_gpu", "one_gpu_note", "imbalance"} <= set(table.columns)
     # rank_area [1000, 1010] on cp_size 2: max / mean = 1010 / 1005
     assert table.loc[table["cp_size"] == 2, "imbalance"].iloc[0] == pytest.approx(1010 / 1005)
     empty = tables.cp_table(None, kernels)
-    assert empty.empty and "efficiency" in empty.columns and "strategy" in empty.columns
+    assert empty.empty and "vs_one_gpu" in empty.columns and "strategy" in empty.columns
 
 
 def test_best_strategies_on_a_small_table():
     common = {"mask": "causal", "direction": "fwd", "dtype": "bfloat16", "local_kernel": "k", "cp_size": 2}
-    cp = _rows({"strategy": "ring", "seqlen": 2048, "status": "ok", "tflops_per_gpu": 1.0, "efficiency": 0.5},
-               {"strategy": "a2a", "seqlen": 2048, "status": "ok", "tflops_per_gpu": 1.5, "efficiency": np.nan},
-               {"strategy": "ring", "seqlen": 4096, "status": "oom", "tflops_per_gpu": np.nan, "efficiency": np.nan},
-               {"strategy": "ring", "seqlen": 1024, "status": "error", "tflops_per_gpu": np.nan, "efficiency": np.nan,
+    cp = _rows({"strategy": "ring", "seqlen": 2048, "status": "ok", "tflops_per_gpu": 1.0, "vs_one_gpu": 0.5},
+               {"strategy": "a2a", "seqlen": 2048, "status": "ok", "tflops_per_gpu": 1.5, "vs_one_gpu": np.nan},
+               {"strategy": "ring", "seqlen": 4096, "status": "oom", "tflops_per_gpu": np.nan, "vs_one_gpu": np.nan},
+               {"strategy": "ring", "seqlen": 1024, "status": "error", "tflops_per_gpu": np.nan, "vs_one_gpu": np.nan,
                 "cp_size": 4, "mask": "full"},
                **common)
     cp["cell_id"] = [f"c{i}" for i in range(len(cp))]
     cp["tokens_per_rank"] = cp["seqlen"] // cp["cp_size"]
-    cp["baseline_note"] = [None, "no single-GPU k cell", None, None]
+    cp["one_gpu_note"] = [None, "no single-GPU k cell", None, None]
+    cp["scaling"], cp["one_gpu_kernel"] = np.nan, None
     full, causal = tables.best_strategies(cp, ["full", "causal"])
     assert full["strategy"] is None and full["note"] == "no strategy produced a number (1 error)"
     assert (causal["strategy"], causal["seqlen"], causal["tokens_per_rank"]) == ("a2a", 2048, 1024)
-    assert causal["tflops_per_gpu"] == 1.5 and np.isnan(causal["efficiency"])
-    assert causal["baseline_note"] == "no single-GPU k cell" and causal["cell_id"] == "c1"
+    assert causal["tflops_per_gpu"] == 1.5 and np.isnan(causal["vs_one_gpu"])
+    assert causal["one_gpu_note"] == "no single-GPU k cell" and causal["cell_id"] == "c1"
     assert (causal["runner_up"], causal["runner_up_tflops"]) == ("ring", 1.0)
     assert causal["note"] == "no strategy produced a number above 2K (1 oom)"
     assert tables.best_strategies(cp.iloc[0:0]) == []

@@ -369,7 +369,7 @@ def _cp_panels(sub: pd.DataFrame, value: str, ylabel: str, mask: str, *, colors:
             ceiling = _ceiling_line(ax, ceilings, dtype, per=" per GPU") if ceilings else None
             if unit_line is not None:
                 ax.axhline(unit_line, color="0.25", linestyle="--", linewidth=1.2, zorder=1,
-                           label="single-GPU kernel (efficiency 1)")
+                           label="the best single-GPU kernel")
             vals = rows.loc[rows[value].notna(), value]
             top = max(float(vals.max()) if len(vals) else 0.0, ceiling or 0.0, unit_line or 0.0) or 1.0
             for k, name in enumerate(series):
@@ -422,15 +422,16 @@ def cp_scaling_figure(cp: pd.DataFrame, mask: str, ceilings: dict | None = None)
 
 
 def cp_efficiency_figure(cp: pd.DataFrame, kernels: pd.DataFrame, mask: str) -> Figure:
-    """Per-GPU TFLOPs/s divided by the single-GPU kernel's at the same tokens per GPU, for one mask."""
+    """Per-GPU TFLOPs/s divided by the fastest single-GPU kernel's on the same total problem, for
+    one mask: what CP buys over one GPU (``tables.cp_efficiency``'s ``vs_one_gpu``)."""
     sub = cp[cp["mask"] == mask] if len(cp) else cp
     if sub.empty:
-        return _empty_figure(f"no CP cells for mask {mask}", title=f"{mask} — CP efficiency")
+        return _empty_figure(f"no CP cells for mask {mask}", title=f"{mask} — CP against one GPU")
     eff = cp_efficiency(sub, kernels)
     colors = series_colors(cp.apply(_series_key, axis=1))
-    fig = _cp_panels(eff, "efficiency", "per-GPU TFLOPs/s ÷ single-GPU", mask, colors=colors, unit_line=1.0)
-    if not eff["efficiency"].notna().any():
-        fig.text(0.5, 0.5, "no single-GPU baseline available\n(see the CP table's baseline column)",
+    fig = _cp_panels(eff, "vs_one_gpu", "per-GPU TFLOPs/s ÷ best single GPU", mask, colors=colors, unit_line=1.0)
+    if not eff["vs_one_gpu"].notna().any():
+        fig.text(0.5, 0.5, "no single-GPU kernel cell on the same problem\n(see the CP table's 1-GPU note)",
                  ha="center", va="center", color="0.3", fontsize=10)
     return fig
 

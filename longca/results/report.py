@@ -135,10 +135,13 @@ CP_COLUMNS = [
     Column("tflops_per_gpu", "TFLOPs/s per GPU", fmt_number, "flops / median / cp_size", True),
     Column("tflops_per_gpu_p20", "p20", fmt_number, numeric=True),
     Column("tflops_per_gpu_p80", "p80", fmt_number, numeric=True),
-    Column("efficiency", "efficiency", fmt_number,
-           "per-GPU TFLOPs/s ÷ the single-GPU local kernel's at seqlen = tokens/rank", True),
-    Column("baseline_tflops", "1-GPU TFLOPs/s", fmt_number, numeric=True),
-    Column("baseline_cell_id", "1-GPU cell"), Column("baseline_note", "baseline note", wrap=True),
+    Column("scaling", "scaling", fmt_number,
+           "per-GPU TFLOPs/s ÷ the same strategy and local kernel's at cp_size 1 and the same tokens/rank", True),
+    Column("vs_one_gpu", "vs best 1 GPU", fmt_number,
+           "per-GPU TFLOPs/s ÷ the fastest single-GPU kernel's on the same total problem", True),
+    Column("one_gpu_kernel", "best 1-GPU kernel"),
+    Column("one_gpu_tflops", "1-GPU TFLOPs/s", fmt_number, numeric=True),
+    Column("scaling_note", "scaling note", wrap=True), Column("one_gpu_note", "1-GPU note", wrap=True),
     Column("median_ms", "median ms", fmt_number, "slowest rank per iteration, median over reps", True),
     Column("peak_mem_bytes", "peak MiB", fmt_mib, "largest per-rank peak", True),
     Column("comm_bytes", "comm MiB", fmt_mib, "most bytes any rank sent per step", True),
@@ -234,8 +237,10 @@ def strategy_answer(e: dict, row_ids: dict[str, str] | None = None) -> dict:
     tpr = e["tokens_per_rank"]
     shown.update(local_kernel=e["local_kernel"], seqlen=e["seqlen"], seqlen_label=seqlen_label(e["seqlen"]),
                  tpr_label=seqlen_label(tpr) if tpr else None, tflops=fmt_number(e["tflops_per_gpu"]),
-                 efficiency=fmt_number(e["efficiency"], 3) if pd.notna(e["efficiency"]) else None,
-                 baseline_note=e["baseline_note"], row_id=row_ids.get(e["cell_id"]))
+                 scaling=fmt_number(e["scaling"], 3) if pd.notna(e["scaling"]) else None,
+                 vs_one_gpu=fmt_number(e["vs_one_gpu"], 3) if pd.notna(e["vs_one_gpu"]) else None,
+                 one_gpu_kernel=e["one_gpu_kernel"], one_gpu_note=e["one_gpu_note"],
+                 row_id=row_ids.get(e["cell_id"]))
     if "runner_up" in e:
         shown.update(runner_up=e["runner_up"], runner_up_tflops=fmt_number(e["runner_up_tflops"]),
                      tied=", ".join(e["tied"]), unsteady=e["unsteady"])

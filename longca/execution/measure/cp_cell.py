@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ...attention import reference
+from ...attention import chunked_reference, reference
 from ...attention.flops import attention_flops
 from ...attention.problem import Problem
 from ...cp import build
@@ -84,8 +84,15 @@ def _local_inputs(strategy, problem: Problem, seed: int):
     return (q, k, v, grad_out), local, strategy.dispatch(grad_out)
 
 
-def correctness_gate(spec: CPSpec, problem: Problem):
-    """(ok, worst error, tolerance, detail) on every rank, or raises Unsupported."""
+# The gate's reference: float64, dense.  The full-size check's: float32, block by block, for lengths
+# whose dense float64 scores do not fit (``benchmarks/cp_full_check.py``).
+EXACT = (torch.float64, reference.attention)
+CHUNKED_FLOAT32 = (torch.float32, chunked_reference.attention)
+
+
+def correctness_gate(spec: CPSpec, problem: Problem, exact=EXACT):
+    """(ok, worst error, tolerance, detail) on every rank, or raises Unsupported.  ``exact``: the
+    reference as (dtype, attention(q, k, v, mask)), computed on rank 0."""
     strategy, reason = _planned(spec, problem)
     if reason:
         raise Unsupported(reason)
@@ -101,19 +108,19 @@ def correctness_gate(spec: CPSpec, problem: Problem):
     if dist.get_rank() == 0:
         # On rank 0's device, like the kernel gate: a float64 backward on the CPU took most of a
         # cp_size-1 cell's wall on a GPU.
-        q64, k64, v64 = (t.detach().to(torch.float64).requires_grad_(backward) for t in (q, k, v))
-        ref = reference.attention(q64, k64, v64, problem.mask)
+        ref_dtype, attention = exact
+        leaves = [t.detach().to(ref_dtype).requires_grad_(backward) for t in (q, k, v)]
+        ref = attention(*leaves, problem.mask)
         refs = {"out": ref}
         if backward:
-            refs.update(zip(("dq", "dk", "dv"),
-                            torch.autograd.grad(ref, (q64, k64, v64), grad_out.to(torch.float64))))
+            refs.update(zip(("dq", "dk", "dv"), torch.autograd.grad(ref, leaves, grad_out.to(ref.dtype))))
         errors = {n: relative_error(tensors[n].to(refs[n].device), refs[n]) for n in refs}
-        del q64, k64, v64, ref, refs
+        del leaves, ref, refs
         tol = CP_GATE_TOLERANCE[problem.direction][problem.dtype]
         worst = max(errors.values())
         detail = ", ".join(f"{n} {e:.2e}" for n, e in errors.items())
         verdict = (worst <= tol, worst, tol,
-                   f"relative L2 error vs float64 reference at seqlen {problem.seqlen}: {detail} "
+                   f"relative L2 error vs {str(ref_dtype).removeprefix('torch.')} reference at seqlen {problem.seqlen}: {detail} "
                    f"(tolerance {tol:.0e})")
     strategy.close()
     box = [verdict]

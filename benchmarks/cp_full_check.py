@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 import traceback
 from pathlib import Path
@@ -66,6 +67,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     cfg = resolved(*args.configfile)
     device = cfg["device"]
+    if device == "cuda":  # before the group: NCCL binds each rank to the device current at init
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group("nccl" if device == "cuda" else "gloo")
     world, rank = dist.get_world_size(), dist.get_rank()
     strategies = args.strategies or cfg["cp_strategies"]

@@ -36,7 +36,8 @@ def resolve_local_kernel(name: str, device: torch.device) -> str:
     kind = torch.device(device).type
     for candidate in AUTO_LOCAL_KERNELS.get(kind, ()):
         adapter = kernels.get(candidate)
-        if not adapter.available() and adapter.lse_ops(torch.device(device)) is not None:
+        if not adapter.available() and (adapter.lse_ops(torch.device(device)) is not None
+                                        or block_ops(candidate, device) is not None):
             return candidate
     raise Unsupported(f"local_kernel auto: none of {', '.join(AUTO_LOCAL_KERNELS.get(kind, ())) or 'no kernel'} "
                       f"runs on {kind} here")
@@ -124,13 +125,14 @@ class BlockAttention:
         missing = adapter.available()
         if missing:
             raise Unsupported(f"local kernel {kernel}: {missing}")
-        ops = adapter.lse_ops(torch.device(device))
-        if ops is None:
-            raise Unsupported(f"local kernel {kernel} exposes no attention-with-LSE entry point on "
-                              f"{torch.device(device).type} (CP strategies merge partial blocks by LSE)")
-        self.kernel, self.ops, self.modes = kernel, ops, ops.modes
         self.device = torch.device(device)
         self.fused = block_ops(kernel, self.device) if calls == "auto" else None
+        ops = adapter.lse_ops(self.device)
+        if ops is None and self.fused is None:
+            raise Unsupported(f"local kernel {kernel} exposes no attention-with-LSE entry point on "
+                              f"{self.device.type} (CP strategies merge partial blocks by LSE)"
+                              + (" and local_calls is pieces" if block_ops(kernel, self.device) else ""))
+        self.kernel, self.ops, self.modes = kernel, ops, ops.modes if ops is not None else frozenset()
         self.group = heads_q // heads_kv
         self.scale = head_dim ** -0.5 if scale is None else scale
 

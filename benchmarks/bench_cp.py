@@ -54,7 +54,7 @@ def baseline(spec: CPSpec, local_kernel: str, device) -> dict:
     lse_bwd = block.backward_lse(lse)
 
     def bwd():
-        dq = torch.zeros(q.shape[0], q.shape[2], q.shape[1], q.shape[3], dtype=torch.float32, device=device)
+        dq = block.new_dq(q)
         return block.backward(dout, q, k_all, v_all, out, lse_bwd, pieces, dq)
 
     result = timing.measure(bwd if spec.direction == "bwd" else fwd, device=device, warmup=spec.warmup,

@@ -5,8 +5,13 @@ pieces the kernel takes (full rectangles, square causal triangles), each run thr
 attention-with-LSE, merged by LSE, then the backward of every piece from the *global* output and
 LSE.  Output, LSE and dq/dk/dv are compared with ``longca.attention.reference`` (relative L2 error, the
 cell gate's tolerances).  A mask a kernel's pieces cannot express is reported ``unsupported``.
+``--blocks N`` splits the keys into N blocks, each its own call (or pieces) into the same running
+output, LSE and dq, as a ring's steps do: what a kernel that reduces into given buffers (FFA) must
+get right across calls.  A kernel with a whole-block entry point (``longca.cp.fused``) runs each
+block as one call.
 
     PYTHONPATH=. python benchmarks/check_lse_ops.py --kernels cudnn_fe flash_attn4 sdpa_cudnn
+    PYTHONPATH=. python benchmarks/check_lse_ops.py --kernels ffa --blocks 3 --seqlen 4096
 
 Exit status 1 when any case is wrong or fails.
 """
@@ -39,10 +44,12 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def check_one(kernel: str, mask_name: str, args) -> tuple[str, str]:
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     mask = masks.build(mask_name, args.seqlen, seed=1, **MASKS[mask_name])
+    bounds = [args.seqlen * i // args.blocks for i in range(args.blocks + 1)]
+    keys = list(zip(bounds, bounds[1:]))
     try:
         block = BlockAttention(kernel, device, args.heads_q, args.heads_kv, args.head_dim)
-        spans = (Span(0, args.seqlen, 0),)
-        pieces = block.pieces(restrict(mask, spans, spans))
+        queries = (Span(0, args.seqlen, 0),)
+        pieces = [block.pieces(restrict(mask, queries, (Span(a, b, 0),))) for a, b in keys]
     except Unsupported as exc:
         return "unsupported", str(exc)
     gen = torch.Generator(device=device).manual_seed(0)
@@ -50,18 +57,25 @@ def check_one(kernel: str, mask_name: str, args) -> tuple[str, str]:
     q, k, v, do = (torch.randn(1, args.seqlen, h, args.head_dim, generator=gen, device=device).to(dtype)
                    for h in shapes)
     acc = block.new_accumulators(q)
-    block.forward(q, k, v, pieces, acc)
+    for (a, b), p in zip(keys, pieces):
+        block.forward(q, k[:, a:b], v[:, a:b], p, acc)
     out, lse = block.finish(acc, dtype)
-    dq = torch.zeros(1, args.heads_q, args.seqlen, args.head_dim, device=device)
-    dk, dv = block.backward(do, q, k, v, out, block.backward_lse(lse), pieces, dq)
+    dq = block.new_dq(q)
+    dk, dv = (torch.zeros(k.shape, dtype=torch.float32, device=device) for _ in range(2))
+    for (a, b), p in zip(keys, pieces):
+        share = block.backward(do, q, k[:, a:b], v[:, a:b], out, block.backward_lse(lse), p, dq)
+        if share is not None:
+            dk[:, a:b] += share[0]
+            dv[:, a:b] += share[1]
 
     q64, k64, v64 = (t.double().requires_grad_(True) for t in (q, k, v))
     ref, ref_lse = reference.attention(q64, k64, v64, mask, return_lse=True)
     ref_grads = torch.autograd.grad(ref, (q64, k64, v64), do.double())
     errors = {"out": _rel(out, ref), "lse": _rel(lse, ref_lse),
-              **{n: _rel(g, r) for n, g, r in zip(("dq", "dk", "dv"), (dq.transpose(1, 2), dk, dv), ref_grads)}}
+              **{n: _rel(g, r) for n, g, r in zip(("dq", "dk", "dv"), (block.dq_result(dq, torch.float32), dk, dv), ref_grads)}}
     tol = GATE_TOLERANCE["bwd"][dtype]
-    detail = ", ".join(f"{n} {e:.2e}" for n, e in errors.items()) + f" (tolerance {tol:.0e}; {len(pieces)} pieces)"
+    calls = sum(1 if block.calls == "fused" else len(p) for p in pieces if p)
+    detail = ", ".join(f"{n} {e:.2e}" for n, e in errors.items()) + f" (tolerance {tol:.0e}; {calls} calls)"
     return ("ok" if max(errors.values()) <= tol else "wrong"), detail
 
 
@@ -75,6 +89,7 @@ def main() -> int:
     parser.add_argument("--heads-q", type=int, default=8)
     parser.add_argument("--heads-kv", type=int, default=2)
     parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--blocks", type=int, default=1, help="key blocks, each its own call(s) (a ring's steps)")
     args = parser.parse_args()
     bad = False
     for kernel in args.kernels:

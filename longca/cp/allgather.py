@@ -46,7 +46,7 @@ class AllGather(Strategy):
     def _backward(self, dout, saved):
         q, k, v, out, lse = saved
         k_all, v_all = _gathered(self.comm, k), _gathered(self.comm, v)
-        dq = torch.zeros(q.shape[0], q.shape[2], q.shape[1], q.shape[3], dtype=torch.float32, device=q.device)
+        dq = self.block.new_dq(q)
         share = self.block.backward(dout, q, k_all, v_all, out, self.block.backward_lse(lse), self.pieces, dq)
         if share is None:
             z = torch.zeros(k_all.shape, dtype=torch.float32, device=k.device)
@@ -57,4 +57,4 @@ class AllGather(Strategy):
             parts = g.reshape(b, self.world, n, *g.shape[2:]).transpose(0, 1)
             return self.comm.reduce_scatter(parts).to(k.dtype)
 
-        return dq.transpose(1, 2).to(q.dtype), scatter(share[0]), scatter(share[1])
+        return self.block.dq_result(dq, q.dtype), scatter(share[0]), scatter(share[1])

@@ -50,6 +50,20 @@ class BlockOps:
     def backward(self, dout, q, k, v, out, lse, prepared, scale: float):
         raise NotImplementedError
 
+    # What a strategy calls: the block added into the running accumulators, laid out as the
+    # tokens are, ``(b, s, h, d)`` output and ``(b, s, h)`` LSE (float32), and dq ``(b, s, h, d)``.
+    # A kernel that reduces into given buffers itself (FFA) overrides these and saves the merge.
+    def forward_into(self, q, k, v, prepared, scale: float, acc_out, acc_lse) -> None:
+        from .local import merge_into
+
+        out, lse = self.forward(q, k, v, prepared, scale)
+        merge_into(acc_out.transpose(1, 2), acc_lse.transpose(1, 2), out, lse)
+
+    def backward_into(self, dout, q, k, v, out, lse, prepared, scale: float, dq_acc):
+        dq, dk, dv = self.backward(dout, q, k, v, out, lse, prepared, scale)
+        dq_acc += dq.transpose(1, 2)
+        return dk, dv
+
 
 def _expand(kv: torch.Tensor, group: int) -> torch.Tensor:
     """``(b, s, h_kv, d)`` → ``(b, h_kv·group, s, d)``."""
@@ -137,28 +151,40 @@ class FfaBlockOps(BlockOps):
     def _call_ranges(self, prepared, q, k):
         return prepared["batch_one"] if q.shape[0] == 1 else self._ranges(prepared, q, k)
 
-    def forward(self, q, k, v, prepared, scale):
-        ranges = self._call_ranges(prepared, q, k)
+    def forward_into(self, q, k, v, prepared, scale, acc_out, acc_lse):
+        # FFA corrects what the buffers hold by their LSE and adds the block (atomically, in float32),
+        # as MagiAttention's own stages do: no merge pass, no partial output.  Rows no range covers
+        # keep what they had.
         b, s, h, d = q.shape
-        # Given buffers: rows no range covers keep output 0 and LSE -inf.
-        out = torch.zeros(b * s, h, d, dtype=torch.float32, device=q.device)
-        lse = torch.full((b * s, h), float("-inf"), dtype=torch.float32, device=q.device)
-        out, meta = self.fwd(q=_packed(q), k=_packed(k), v=_packed(v), sink=None, sink_layout="sh", out=out,
-                             lse=lse, softmax_scale=scale, softcap=0.0, out_type=torch.float32,
-                             disable_fwd_atomic_reduction=False, deterministic=False, sm_margin=0, **ranges)
-        return out.view(b, s, h, d).transpose(1, 2), meta.lse.view(b, s, h).transpose(1, 2)
+        self.fwd(q=_packed(q), k=_packed(k), v=_packed(v), sink=None, sink_layout="sh",
+                 out=acc_out.view(b * s, h, d), lse=acc_lse.view(b * s, h), softmax_scale=scale, softcap=0.0,
+                 out_type=torch.float32, disable_fwd_atomic_reduction=False, deterministic=False, sm_margin=0,
+                 **self._call_ranges(prepared, q, k))
 
-    def backward(self, dout, q, k, v, out, lse, prepared, scale):
-        ranges = self._call_ranges(prepared, q, k)
+    def forward(self, q, k, v, prepared, scale):
+        b, s, h, d = q.shape
+        out = torch.zeros(b, s, h, d, dtype=torch.float32, device=q.device)
+        lse = torch.full((b, s, h), float("-inf"), dtype=torch.float32, device=q.device)
+        self.forward_into(q, k, v, prepared, scale, out, lse)
+        return out.transpose(1, 2), lse.transpose(1, 2)
+
+    def backward_into(self, dout, q, k, v, out, lse, prepared, scale, dq_acc):
+        # dq is reduced into the running buffer (atomically, as FFA reduces overlapping ranges);
+        # dk, dv of this block come back on their own: the ring sends them on.
         b, s, h, d = q.shape
         lse_packed = lse.transpose(1, 2).reshape(b * s, h).contiguous()
-        dq, dk, dv, _ = self.bwd(dout=_packed(dout), q=_packed(q), k=_packed(k), v=_packed(v), sink=None,
-                                 sink_layout="sh", out=_packed(out), lse=lse_packed, dq=None, dk=None, dv=None,
-                                 dsink=None, softmax_scale=scale, softcap=0.0, dq_type=torch.float32,
-                                 dk_type=torch.float32, dv_type=torch.float32,
-                                 disable_bwd_dkv_atomic_reduction=False, deterministic=False, sm_margin=0,
-                                 **ranges)
-        return dq.view(b, s, h, d).transpose(1, 2), dk.view(k.shape), dv.view(v.shape)
+        _, dk, dv, _ = self.bwd(dout=_packed(dout), q=_packed(q), k=_packed(k), v=_packed(v), sink=None,
+                                sink_layout="sh", out=_packed(out), lse=lse_packed, dq=dq_acc.view(b * s, h, d),
+                                dk=None, dv=None, dsink=None, softmax_scale=scale, softcap=0.0,
+                                dq_type=torch.float32, dk_type=torch.float32, dv_type=torch.float32,
+                                disable_bwd_dkv_atomic_reduction=False, deterministic=False, sm_margin=0,
+                                **self._call_ranges(prepared, q, k))
+        return dk.view(k.shape), dv.view(v.shape)
+
+    def backward(self, dout, q, k, v, out, lse, prepared, scale):
+        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        dk, dv = self.backward_into(dout, q, k, v, out, lse, prepared, scale, dq)
+        return dq.transpose(1, 2), dk, dv
 
 
 def _ffa(device: torch.device) -> BlockOps:

@@ -168,11 +168,24 @@ class BlockAttention:
         allowed = piece.pattern.dense().to(device)
         return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, float("-inf"))
 
+    # Accumulators.  Pieces: ``(b, h, s, d)`` / ``(b, h, s)``, the kernels' layout.  One call per
+    # block: laid out as the tokens are, ``(b, s, h, d)`` / ``(b, s, h)``, which FFA reduces into
+    # directly.  Strategies only pass them on (new_*, then finish / dq_result).
     def new_accumulators(self, q: torch.Tensor):
         b, s, h, d = q.shape
-        out = torch.zeros(b, h, s, d, dtype=torch.float32, device=q.device)
-        lse = torch.full((b, h, s), float("-inf"), dtype=torch.float32, device=q.device)
+        shape = (b, s, h) if self.fused is not None else (b, h, s)
+        out = torch.zeros(*shape, d, dtype=torch.float32, device=q.device)
+        lse = torch.full(shape, float("-inf"), dtype=torch.float32, device=q.device)
         return out, lse
+
+    def new_dq(self, q: torch.Tensor) -> torch.Tensor:
+        b, s, h, d = q.shape
+        shape = (b, s, h, d) if self.fused is not None else (b, h, s, d)
+        return torch.zeros(shape, dtype=torch.float32, device=q.device)
+
+    def dq_result(self, dq_acc: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The dq accumulator → ``(b, s, h, d)`` in ``dtype``."""
+        return (dq_acc if self.fused is not None else dq_acc.transpose(1, 2)).to(dtype)
 
     def forward(self, q, k, v, pieces: Sequence[Piece], acc) -> None:
         """Add the block ``q × (k, v)`` restricted to ``pieces`` into ``acc`` (from new_accumulators)."""
@@ -180,8 +193,7 @@ class BlockAttention:
             return
         acc_out, acc_lse = acc
         if isinstance(pieces, FusedBlock):
-            out, lse = self.fused.forward(q, k, v, pieces.prepared, self.scale)
-            merge_into(acc_out, acc_lse, out, lse)
+            self.fused.forward_into(q, k, v, pieces.prepared, self.scale, acc_out, acc_lse)
             return
         qh, kh, vh = self._heads(q), self._expand(k), self._expand(v)
         for p in pieces:
@@ -190,10 +202,11 @@ class BlockAttention:
                                         p.mode == "causal", bias, self.scale)
             merge_into(acc_out[:, :, p.q0:p.q1], acc_lse[:, :, p.q0:p.q1], out, lse)
 
-    @staticmethod
-    def finish(acc, dtype: torch.dtype):
+    def finish(self, acc, dtype: torch.dtype):
         """Accumulators → ``(out (b, s, h, d) in dtype, lse (b, h, s) float32)``."""
         out, lse = acc
+        if self.fused is not None:
+            return out.to(dtype), lse.transpose(1, 2)
         return out.transpose(1, 2).to(dtype).contiguous(), lse
 
     @staticmethod
@@ -202,14 +215,12 @@ class BlockAttention:
         return torch.where(torch.isneginf(lse), torch.full_like(lse, float("inf")), lse)
 
     def backward(self, dout, q, k, v, out, lse_bwd, pieces: Sequence[Piece], dq_acc: torch.Tensor):
-        """This block's dq added into ``dq_acc`` (float32, ``(b, h, s, d)``); returns its (dk, dv) in
+        """This block's dq added into ``dq_acc`` (from ``new_dq``); returns its (dk, dv) in
         float32 ``(b, s, h_kv, d)``, or None when the block attends nothing."""
         if not pieces:
             return None
         if isinstance(pieces, FusedBlock):
-            dq, dk, dv = self.fused.backward(dout, q, k, v, out, lse_bwd, pieces.prepared, self.scale)
-            dq_acc += dq
-            return dk, dv
+            return self.fused.backward_into(dout, q, k, v, out, lse_bwd, pieces.prepared, self.scale, dq_acc)
         qh, kh, vh = self._heads(q), self._expand(k), self._expand(v)
         doh, oh = self._heads(dout), self._heads(out)
         b, h, sk, d = kh.shape

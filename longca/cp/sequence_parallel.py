@@ -109,10 +109,9 @@ class SequenceParallel(Strategy):
     def _backward(self, dout, saved):
         qh, kh, vh, out, lse = saved
         douth = a2a.seq_to_head(self.ulysses, dout)
-        dq_acc = torch.zeros(qh.shape[0], qh.shape[2], qh.shape[1], qh.shape[3], dtype=torch.float32,
-                             device=qh.device)
+        dq_acc = self.block.new_dq(qh)
         dk, dv = self._attend_backward(douth, qh, kh, vh, out, self.block.backward_lse(lse), dq_acc)
-        dq = a2a.head_to_seq(self.ulysses, dq_acc.transpose(1, 2).to(qh.dtype))
+        dq = a2a.head_to_seq(self.ulysses, self.block.dq_result(dq_acc, qh.dtype))
         dk = a2a.fold_kv(a2a.head_to_seq(self.ulysses, dk.to(kh.dtype)), self.rep)
         dv = a2a.fold_kv(a2a.head_to_seq(self.ulysses, dv.to(vh.dtype)), self.rep)
         return dq, dk, dv

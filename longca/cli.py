@@ -187,9 +187,16 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _aggregate(args: argparse.Namespace) -> int:
-    from .results.parquet import aggregate
+    from .results.parquet import CP_SCHEMA, KERNEL_SCHEMA, aggregate, read_rows
 
-    table = aggregate(args.cells, args.out)
+    table_name = args.table
+    if table_name == "auto":  # by what the rows are: a CP row in a kernel table would lose its columns
+        kinds = {row.get("kind") for row in read_rows(args.cells)} - {None}
+        if len(kinds) > 1:
+            raise SystemExit(f"longca aggregate: the cells are of kinds {', '.join(sorted(kinds))}; "
+                             "aggregate each kind on its own (--table kernels or cp)")
+        table_name = "cp" if kinds == {"cp"} else "kernels"
+    table = aggregate(args.cells, args.out, schema={"kernels": KERNEL_SCHEMA, "cp": CP_SCHEMA}[table_name])
     print(f"{args.out}: {table.num_rows} rows", file=sys.stderr)
     return 0
 
@@ -348,6 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
     agg = sub.add_parser("aggregate", help="cell JSON rows -> Parquet table")
     agg.add_argument("--out", required=True)
     agg.add_argument("cells", nargs="*")
+    agg.add_argument("--table", choices=("auto", "kernels", "cp"), default="auto",
+                     help="the schema (default: by the rows' kind)")
     agg.set_defaults(func=_aggregate)
     return parser
 

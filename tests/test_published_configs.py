@@ -202,3 +202,35 @@ def test_each_published_stage_measures_cells_of_its_table_with_the_table_setting
     for c in cells:
         args = (c.kernel, c.mask, c.seqlen, c.direction, c.dtype)
         assert config.cell_settings(narrowed, *args) == config.cell_settings(table, *args), (stage.name, c)
+
+
+CP_TABLE = REPO / "docs" / "results" / "cp_4xh100_2026-11-27"
+
+
+def test_the_published_cp_table_is_cells_of_its_grid_gated_and_timed_by_the_slowest_rank():
+    """The 4-GPU CP table: each row a cell of its grid (config/gpu.yaml + its overrides.yaml) with the
+    settings that grid gives it; every ok row passed the gate, its time is the slowest rank's (per
+    step the max over ranks, so its median is at least every rank's own median), its per-GPU
+    TFLOPs/s is FLOPs / cp_size / that time; at least 150 ok rows at cp_size 2 and 4; our strategies
+    ran FFA one call per block (the row says so)."""
+    grid = config.validate(config.merge_files([REPO / "config" / "config.yaml", REPO / "config" / "gpu.yaml",
+                                               CP_TABLE / "overrides.yaml"]))
+    cells = {c.name: c for c in config.cp_cells(grid)}
+    table = pd.read_parquet(CP_TABLE / "cp.parquet")
+    assert table["cell_id"].is_unique and set(table["cell_id"]) <= set(cells)
+    for row in table.itertuples():
+        c = cells[row.cell_id]
+        settings = config.cp_cell_settings(grid, c.strategy, c.mask, c.tokens_per_rank, c.cp_size, c.direction,
+                                           c.dtype)
+        assert json.loads(row.strategy_options) == settings.get("strategy_options", {}), row.cell_id
+        assert (row.seqlen, row.cp_size) == (settings["seqlen"], settings["cp_size"]), row.cell_id
+    ok = table[table["status"] == "ok"]
+    assert set(table["status"]) <= {"ok", "unsupported"}
+    assert (ok["gate_error"] <= ok["gate_tolerance"]).all()
+    assert all(m >= max(r) * (1 - 1e-9) for m, r in zip(ok["median_ms"], ok["rank_median_ms"]))
+    per_gpu = ok["flops"] / ok["cp_size"] / (ok["median_ms"] * 1e-3) / 1e12
+    assert ((per_gpu / ok["tflops_per_gpu"] - 1).abs() < 1e-9).all()
+    assert len(ok[ok["cp_size"] > 1]) >= 150
+    ours = ok[ok["strategy"] != "torch_cp"]
+    assert set(ours["local_kernel"]) == {"ffa"}
+    assert {json.loads(n)["local_calls"] for n in ours["notes"]} == {"fused"}

@@ -100,3 +100,22 @@ def test_a_kernel_row_without_a_memory_part_has_no_peak_in_the_table(tmp_path):
     back = pq.read_table(results.aggregate(paths, tmp_path / "k.parquet") and tmp_path / "k.parquet").to_pylist()
     assert [r["peak_mem_bytes"] for r in back] == [None, 456]
     assert '"peak_mem_bytes": 123' in paths[0].read_text()
+
+
+def test_the_aggregate_command_picks_the_schema_by_the_rows_kind(tmp_path):
+    """`longca aggregate` on CP cells writes a CP table (it wrote them into the kernel schema, losing
+    every CP column), and refuses a mix of kinds."""
+    import subprocess
+    import sys
+
+    cp_row = {"kind": "cp", "strategy": "ring", "cp_size": 2, "status": "ok", "rank_area": [3, 4]}
+    kernel_row = {"kind": "kernel", "kernel": "sdpa", "status": "ok"}
+    for name, row in (("cp.json", cp_row), ("kernel.json", kernel_row)):
+        results.write_json_atomic(row, tmp_path / name)
+    cmd = [sys.executable, "-m", "longca", "aggregate", "--out"]
+    subprocess.run(cmd + [str(tmp_path / "cp.parquet"), str(tmp_path / "cp.json")], check=True)
+    back = pq.read_table(tmp_path / "cp.parquet").to_pylist()[0]
+    assert back["schema_version"] == results.CP_SCHEMA_VERSION and back["rank_area"] == [3, 4]
+    mixed = subprocess.run(cmd + [str(tmp_path / "x.parquet"), str(tmp_path / "cp.json"), str(tmp_path / "kernel.json")],
+                           capture_output=True, text=True)
+    assert mixed.returncode != 0 and "kinds cp, kernel" in mixed.stderr

@@ -84,7 +84,7 @@ def test_clicking_a_header_sorts_its_table(page):
     kernels = column(page, "kernel-table", "kernel")
     assert kernels == sorted(kernels) and kernels[0] == "fast_kernel" and kernels[-1] == "slow_kernel"
     page.click("#cp-table th[data-key='cell_id']")
-    assert column(page, "cp-table", "cell_id")[:2] == ["ring/causal/bfloat16_bwd_64x2",
+    assert column(page, "cp-table", "cell_id")[:3] == ["ring/causal/bfloat16_bwd_64x1", "ring/causal/bfloat16_bwd_64x2",
                                                       "ring/causal/bfloat16_bwd_64x4"]
 
 
@@ -115,7 +115,7 @@ def test_a_key_value_filter_matches_the_whole_value_and_words_match_anywhere(pag
     assert type_filter(page, "kernel-table", "seqlen:128") == "12 of 36 rows"
     assert set(column(page, "kernel-table", "seqlen")) == {"128.0"}
     assert type_filter(page, "kernel-table", "seqlen:12") == "0 of 36 rows"
-    assert type_filter(page, "cp-table", "strategy:ring cp_size:2") == "4 of 16 rows"
+    assert type_filter(page, "cp-table", "strategy:ring cp_size:2") == "4 of 24 rows"
     assert type_filter(page, "failed-table", "status:oom") == "4 of 19 rows"  # 2 kernel cells, 2 CP cells
 
 

@@ -35,7 +35,7 @@ class BlockOps:
     (the gate and the warm-up come first) and kept for the next."""
 
     def prepare(self, slices: Sequence[AttnSlice], device: torch.device) -> Any:
-        return {"slices": tuple(slices), "device": torch.device(device), "by_shape": {}}
+        return {"slices": tuple(slices), "by_shape": {}}
 
     @staticmethod
     def shaped(prepared, key, make):
@@ -202,7 +202,6 @@ def _dense(kernel: str) -> Callable[[torch.device], Optional[BlockOps]]:
 # only: on a GPU an s × s mask per block costs more than the per-piece calls it saves.
 FUSED: dict[tuple[str, str], Callable[[torch.device], Optional[BlockOps]]] = {
     ("ffa", "cuda"): _ffa,
-    ("sdpa", "cpu"): _dense("sdpa"),
     ("sdpa_math", "cpu"): _dense("sdpa_math"),
     ("sdpa_flash", "cpu"): _dense("sdpa_flash"),
 }

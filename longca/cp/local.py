@@ -1,9 +1,10 @@
 """One CP block on one rank: its slices computed by a registry kernel, merged by log-sum-exp.
 
 A block goes to the kernel as one call where the kernel can take the whole block
-(``longca.cp.fused``: FFA's ranges, a mask tensor on the CPU); otherwise as pieces.  ``Piece``s are what a fused kernel can take in one call: a FULL rectangle, a square causal
-triangle, or (where the kernel accepts a mask tensor) a small dense pattern for the diagonal
-pieces sliding windows leave.  ``BlockAttention`` runs the pieces of a block through the kernel's
+(``longca.cp.fused``: FFA's ranges, a mask tensor on the CPU); otherwise as pieces.  ``Piece``s
+are what a kernel takes in one call otherwise: a FULL rectangle, a square causal triangle, or
+(where the kernel accepts a mask tensor) a small dense pattern for the diagonal pieces sliding
+windows leave.  ``BlockAttention`` runs the pieces of a block through the kernel's
 LSE entry point (``Kernel.lse_ops``) and folds each into float32 accumulators with a guarded
 log-sum-exp merge; its backward takes the *global* output and LSE, so each block's dq/dk/dv are
 exact shares of the full gradient (rows that attend no key at all get zero gradient, never NaN).

@@ -70,6 +70,8 @@ def test_crashed_job_still_writes_a_row(tmp_path):
     settings = {"strategy": "no_such_strategy", "mask": "causal", "seqlen": 64, "cp_size": 2}
     row = run(settings, str(tmp_path / "row.json"), cell_id="x", timeout_s=120, threads=2)
     assert row["status"] == "error" and "no_such_strategy" in row["reason"]
+    # Where it failed: one node, no SLURM job here (an ok row says the same of where it ran).
+    assert row["nodes"] == 1 and "slurm_job_id" in row and row["slurm_job_id"] is None
 
 
 @pytest.mark.slow

@@ -4,7 +4,8 @@ Started by ``longca cp-group`` (``longca.execution.cp_group``), never by hand.  
 Python, CUDA and the process group once; rank 0 serves a Unix socket, takes one cell at a time,
 tells the other ranks over a gloo control group which cell comes next (or that the group ends),
 and every rank runs ``cp_cell.run_cell`` as a fresh ``torchrun`` job's rank would.  The client
-gets the group's process group id first (to kill the whole job on a timeout), then the row.
+gets the group's process group id as soon as it is accepted (to kill the whole job on a timeout),
+then the row.
 
 The group ends after ``idle`` seconds without a cell, and after any row that may have left the
 process group unusable (``timeout``, ``error``): the next cell then starts a fresh one.
@@ -39,6 +40,9 @@ def _next_cell(ctrl, server: socket.socket | None, idle_s: float):
         try:
             conn, _ = server.accept()
             conn.settimeout(None)
+            # First the group's process group: a client whose cell then hangs (here or in any rank)
+            # can kill the whole group.
+            send_msg(conn, {"pgid": os.getpgrp()})
             msg, _ = recv_msg(conn)
         except (TimeoutError, socket.timeout):
             conn, msg = None, None
@@ -74,11 +78,6 @@ def serve(socket_path: str, device_type: str, idle_s: float, timeout_s: float, t
             if msg.get("skip"):
                 continue
             spec = CPSpec.from_dict(msg["settings"])
-            if conn is not None:
-                try:
-                    send_msg(conn, {"pgid": os.getpgrp()})
-                except OSError:
-                    pass
             started = time.time()
             row = run_cell(spec)
             served += 1

@@ -19,17 +19,16 @@ import argparse
 import json
 import os
 import time
-import traceback
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from benchmarks.full_check import checked, write_summary
 from benchmarks.workflow_config import REPO, resolved
 
 from longca import config as longca_config
-from longca.execution.measure.cell import is_oom
-from longca.execution.measure.cp_cell import CHUNKED_FLOAT32, CPSpec, Unsupported, correctness_gate, local_device
+from longca.execution.measure.cp_cell import CHUNKED_FLOAT32, CPSpec, correctness_gate, local_device
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -47,20 +46,12 @@ def one_check(settings: dict) -> dict:
     spec = CPSpec.from_dict(settings)
     row = {"strategy": spec.strategy, "mask": spec.mask, "direction": spec.direction, "dtype": spec.dtype,
            "seqlen": spec.seqlen, "cp_size": spec.cp_size, "status": "error", "reason": None}
-    started = time.monotonic()
-    try:
-        problem = spec.problem(local_device(spec))
-        ok, err, tol, detail = correctness_gate(spec, problem, exact=CHUNKED_FLOAT32)
-        row.update(status="ok" if ok else "wrong", error=err, tolerance=tol, detail=detail)
-    except Unsupported as exc:
-        row.update(status="unsupported", reason=str(exc))
-    except Exception as exc:  # noqa: BLE001 — a row per check, whatever happens
-        row.update(status="oom" if is_oom(exc) else "error",
-                   reason="".join(traceback.format_exception_only(type(exc), exc)).strip())
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    row["wall_s"] = time.monotonic() - started
-    return row
+
+    def check() -> dict:
+        ok, err, tol, detail = correctness_gate(spec, spec.problem(local_device(spec)), exact=CHUNKED_FLOAT32)
+        return {"ok": ok, "error": err, "tolerance": tol, "detail": detail}
+
+    return checked(row, check)
 
 
 def main(argv=None) -> int:
@@ -93,18 +84,9 @@ def main(argv=None) -> int:
         with open(args.outdir / f"cp_full_check_{world}.jsonl", "w") as f:
             for row in rows:
                 f.write(json.dumps(row) + "\n")
-        lines = ["| strategy | mask | direction | seqlen | cp_size | status | worst error | tolerance |",
-                 "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for r in rows:
-            err = f"{r['error']:.2e}" if r.get("error") is not None else "–"
-            tol = f"{r['tolerance']:.0e}" if r.get("tolerance") is not None else "–"
-            lines.append(f"| {r['strategy']} | {r['mask']} | {r['direction']} | {r['seqlen']} | {r['cp_size']} | "
-                         f"{r['status']} | {err} | {tol} |")
-        (args.outdir / f"cp_full_check_{world}.md").write_text("\n".join(lines) + "\n")
-        counts: dict[str, int] = {}
-        for r in rows:
-            counts[r["status"]] = counts.get(r["status"], 0) + 1
-        print(f"{len(rows)} checks on {world} ranks: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+        counts = write_summary(rows, ["strategy", "mask", "direction", "seqlen", "cp_size"],
+                               args.outdir / f"cp_full_check_{world}.md")
+        print(f"{len(rows)} checks on {world} ranks: {counts}")
     dist.destroy_process_group()
     return 0
 

@@ -19,6 +19,7 @@ import json
 import time
 import traceback
 from pathlib import Path
+from typing import Callable
 
 from benchmarks.workflow_config import REPO, resolved
 
@@ -44,29 +45,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def one_check(settings: dict) -> dict:
-    """The check's result row: status ok, wrong, unsupported, oom or error, with the errors."""
+def checked(row: dict, check: Callable[[], dict]) -> dict:
+    """``row`` completed by ``check()``: status ok or wrong with its ``error``, ``tolerance`` and
+    ``detail`` (and whatever else it returns), or unsupported, oom or error with the reason; its wall."""
     import torch
 
-    from longca import kernels
-    from longca.execution.measure.cell import CellSpec, is_oom
-    from longca.execution.measure.full_check import full_size_check
+    from longca.execution.measure.cell import is_oom
     from longca.kernels.base import Unsupported
 
-    spec = CellSpec.from_dict(settings)
     started = time.monotonic()
-    row = {"kernel": spec.kernel, "mask": spec.mask, "direction": spec.direction, "dtype": spec.dtype,
-           "seqlen": spec.seqlen, "status": "error", "reason": None}
     try:
-        kernel = kernels.get(spec.kernel).with_options(spec.kernel_options)
-        problem = spec.problem()
-        reason = kernel.supports(problem)
-        if reason:
-            row.update(status="unsupported", reason=reason)
-        else:
-            result = full_size_check(kernel, problem)
-            row.update(status="ok" if result["ok"] else "wrong", error=result["error"],
-                       tolerance=result["tolerance"], detail=result["detail"], area=problem.mask.area())
+        result = check()
+        row.update(status="ok" if result.pop("ok") else "wrong", **result)
     except Unsupported as exc:
         row.update(status="unsupported", reason=str(exc))
     except Exception as exc:  # noqa: BLE001 — a row per check, whatever happens
@@ -76,6 +66,44 @@ def one_check(settings: dict) -> dict:
         torch.cuda.empty_cache()
     row["wall_s"] = time.monotonic() - started
     return row
+
+
+def write_summary(rows: list[dict], keys: list[str], path: Path) -> str:
+    """One table line per check (``keys``, then status, worst error, tolerance) at ``path``; returns
+    the count per status, e.g. "7 ok, 1 wrong"."""
+    lines = ["| " + " | ".join(keys + ["status", "worst error", "tolerance"]) + " |",
+             "| " + " | ".join(["---"] * (len(keys) + 3)) + " |"]
+    for r in rows:
+        err = f"{r['error']:.2e}" if r.get("error") is not None else "–"
+        tol = f"{r['tolerance']:.0e}" if r.get("tolerance") is not None else "–"
+        lines.append("| " + " | ".join([str(r[k]) for k in keys] + [r["status"], err, tol]) + " |")
+    path.write_text("\n".join(lines) + "\n")
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+
+
+def one_check(settings: dict) -> dict:
+    """The check's result row: status ok, wrong, unsupported, oom or error, with the errors."""
+    from longca import kernels
+    from longca.execution.measure.cell import CellSpec
+    from longca.execution.measure.full_check import full_size_check
+    from longca.kernels.base import Unsupported
+
+    spec = CellSpec.from_dict(settings)
+    row = {"kernel": spec.kernel, "mask": spec.mask, "direction": spec.direction, "dtype": spec.dtype,
+           "seqlen": spec.seqlen, "status": "error", "reason": None}
+
+    def check() -> dict:
+        kernel = kernels.get(spec.kernel).with_options(spec.kernel_options)
+        problem = spec.problem()
+        reason = kernel.supports(problem)
+        if reason:
+            raise Unsupported(reason)
+        return {**full_size_check(kernel, problem), "area": problem.mask.area()}
+
+    return checked(row, check)
 
 
 def main(argv=None) -> int:
@@ -112,16 +140,8 @@ def main(argv=None) -> int:
                 rows.append(row)
                 print(f"{kernel}/{mask}/{direction}: {row['status']} {row.get('detail') or row.get('reason') or ''}"[:240],
                       flush=True)
-    lines = ["| kernel | mask | direction | seqlen | status | worst error | tolerance |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        err = f"{r['error']:.2e}" if r.get("error") is not None else "–"
-        tol = f"{r['tolerance']:.0e}" if r.get("tolerance") is not None else "–"
-        lines.append(f"| {r['kernel']} | {r['mask']} | {r['direction']} | {r['seqlen']} | {r['status']} | {err} | {tol} |")
-    (args.outdir / "summary.md").write_text("\n".join(lines) + "\n")
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
-    print(f"{len(rows)} checks: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    counts = write_summary(rows, ["kernel", "mask", "direction", "seqlen"], args.outdir / "summary.md")
+    print(f"{len(rows)} checks: {counts}")
     return 0
 
 

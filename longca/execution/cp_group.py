@@ -33,19 +33,24 @@ from .worker import DEFAULT_IDLE_S, WorkerError, runtime_dir, start_server, work
 RESIDENT = frozenset({"worker", "resident"})
 
 
+def threads_per_rank(threads: int, ranks: int) -> int:
+    """A cell's CPU threads shared by the ``ranks`` on one node (0: torch's default)."""
+    return max(1, threads // ranks) if threads else 0
+
+
 def group_name(device: str, devices: list[str], threads: int, environ: dict | None = None) -> str:
     where = "_".join(d.replace("/", "_") for d in devices) if device == "cuda" else f"cpu{len(devices)}"
     return f"{worker_key(environ)}-cp-{where}-t{threads}"
 
 
 def launch_command(nproc: int, device: str, socket_path: str, *, idle_s: float, collective_timeout_s: float,
-                   threads_per_rank: int) -> list[str]:
+                   rank_threads: int) -> list[str]:
     """The ``torchrun`` command a group runs (``longca cp-group`` execs it)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            "-m", "longca.execution.measure.cp_resident", "--socket", socket_path, "--device", device,
            "--idle", f"{idle_s:g}", "--timeout", f"{collective_timeout_s:g}"]
-    if threads_per_rank:
-        cmd += ["--threads", str(threads_per_rank)]
+    if rank_threads:
+        cmd += ["--threads", str(rank_threads)]
     return cmd
 
 
@@ -56,7 +61,7 @@ def exec_group(args) -> int:
         env["CUDA_VISIBLE_DEVICES"] = args.devices
     idle = float(os.environ.get("LONGCA_WORKER_IDLE_S", DEFAULT_IDLE_S))
     cmd = launch_command(args.nproc, args.device, args.socket, idle_s=idle,
-                         collective_timeout_s=args.collective_timeout, threads_per_rank=args.threads)
+                         collective_timeout_s=args.collective_timeout, rank_threads=args.threads)
     os.execve(sys.executable, cmd, env)
     return 1  # not reached
 
@@ -85,14 +90,14 @@ def measure(settings: dict, *, cell_id: str, fingerprint: str | None, timeout_s:
     slots = _slots(settings, nproc)
     devices = [s.device for s in slots] or ["cpu"] * nproc
     name = group_name(device, devices, threads)
-    threads_per_rank = max(1, threads // nproc) if threads else 0
     # One cell at a time per group (GPU cells already hold their slots; CPU cells queue here), and
     # the cell's limit runs from when it has the group.
     with open(runtime_dir() / f"{name}.busy", "w") as busy:
         fcntl.flock(busy, fcntl.LOCK_EX)
         try:
             command = ["cp-group", "--nproc", str(nproc), "--device", device, "--devices", ",".join(devices),
-                       "--threads", str(threads_per_rank), "--collective-timeout", f"{collective_timeout_s:g}"]
+                       "--threads", str(threads_per_rank(threads, nproc)),
+                       "--collective-timeout", f"{collective_timeout_s:g}"]
             try:
                 sock = start_server(name, command)
             except WorkerError as exc:

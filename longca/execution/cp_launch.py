@@ -73,20 +73,20 @@ def torchrun_command(settings: dict, out: str, *, cell_id: str, fingerprint: str
                     sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}",
                     f"--nproc-per-node={per_node}", "--rdzv-backend=c10d",
                     f"--rdzv-endpoint={slurm_head_address(job_id)}:{_free_port()}", f"--rdzv-id=longca-{job_id}"]
-        threads_per_rank = max(1, threads // per_node) if threads else 0
+        rank_threads = cp_group.threads_per_rank(threads, per_node)
     else:
         if nodes > 1:
             print(f"longca cp-cell: {nodes} nodes asked for but not inside a SLURM job; "
                   f"running all {nproc} ranks here", file=sys.stderr)
         launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-        threads_per_rank = max(1, threads // nproc) if threads else 0
+        rank_threads = cp_group.threads_per_rank(threads, nproc)
     cmd = launcher + [
            "-m", "longca.execution.measure.cp_rank", "--settings", json.dumps(settings, sort_keys=True), "--out", out,
            "--cell-id", cell_id, "--timeout", f"{_collective_timeout(timeout_s):g}"]
     if fingerprint:
         cmd += ["--fingerprint", fingerprint]
-    if threads_per_rank:
-        cmd += ["--threads", str(threads_per_rank)]  # the cell's cores (per node), shared by its ranks
+    if rank_threads:
+        cmd += ["--threads", str(rank_threads)]  # the cell's cores (per node), shared by its ranks
     return cmd
 
 
@@ -128,13 +128,14 @@ def run(settings: dict, out: str, *, cell_id: str, fingerprint: str | None = Non
     if kept is not None:  # measured by an earlier job that was lost before Snakemake recorded it
         write_json_atomic(kept, out)
         return kept
-    if isolation in cp_group.RESIDENT and nodes_of(settings) == 1:
+    resident = isolation in cp_group.RESIDENT and nodes_of(settings) == 1
+    if resident:
         row = _run_resident(settings, cell_id=cell_id, fingerprint=fingerprint, timeout_s=timeout_s,
                             threads=threads, started=started)
     else:
         row = _run(settings, out, cell_id=cell_id, fingerprint=fingerprint, timeout_s=timeout_s, threads=threads,
                    started=started)
-    row["isolation"] = "resident" if isolation in cp_group.RESIDENT and nodes_of(settings) == 1 else "fork"
+    row["isolation"] = "resident" if resident else "fork"
     row["job_wall_s"] = time.time() - job_started
     write_json_atomic(row, out)
     kept_rows.keep(out, settings, fingerprint, row)

@@ -3,8 +3,8 @@
 Config (``timing:`` over the device's defaults, ``longca.config``) resolves to these fields; a
 cell's settings, its timing part's cache key (``longca.execution.measure.parts``), its row and the
 Parquet columns carry them under these names; the harness (``longca.execution.measure.timed``)
-takes them.  A CP cell is timed by counts and a warm-up duration only (``CountedTiming``): its ranks
-must make the same calls, so none may stop warming up on its own.  Torch-free: the config and the
+takes them.  A CP cell is timed by counts, a warm-up duration and graph replay only
+(``CountedTiming``): its ranks must make the same calls, so none may stop warming up on its own.  Torch-free: the config and the
 thin ``run-cell`` client use it.
 """
 
@@ -24,13 +24,13 @@ class CountedTiming:
     warmup: int = _setting(2, "warm-up calls, at least")
     warmup_ms: float = _setting(0.0, "and warm up for at least this many ms (GPU clocks settle)")
     reps: int = _setting(5, "timed calls, at least")
+    cuda_graph: bool = _setting(False, "CUDA: time replays of the call captured in a graph")
 
 
 @dataclass(frozen=True, kw_only=True)
 class TimingSpec(CountedTiming):
     warmup_max_ms: float = _setting(0.0, "> 0: warm up until steady, at most this many ms")
     rep_ms: float = _setting(0.0, "> 0: repeat until this many ms are filled, at least the reps")
-    cuda_graph: bool = _setting(False, "CUDA: time replays of the call captured in a graph")
 
     def harness_args(self) -> dict[str, Any]:
         """The keyword arguments of ``longca.execution.measure.timed.time_kernel``."""
@@ -81,10 +81,12 @@ def kernel_settings(timing: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def cp_settings(timing: Mapping[str, Any]) -> dict[str, Any]:
-    """A CP cell's timing settings: the counts, and a warm-up as long as a kernel cell's may last
-    (``warmup_max_ms``, else ``warmup_ms``), only when set."""
+    """A CP cell's timing settings: the counts, a warm-up as long as a kernel cell's may last
+    (``warmup_max_ms``, else ``warmup_ms``) and graph replay, each only when set."""
     settings = {"warmup": timing["warmup"], "reps": timing["reps"]}
     ms = timing.get("warmup_max_ms") or timing.get("warmup_ms") or 0
     if ms:
         settings["warmup_ms"] = float(ms)
+    if timing.get("cuda_graph"):
+        settings["cuda_graph"] = True
     return settings

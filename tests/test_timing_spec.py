@@ -46,9 +46,11 @@ def test_a_cpu_cell_carries_counts_only_and_a_gpu_cell_its_budgets_and_graph_rep
                                                         rep_ms=100.0, cuda_graph=True)
 
 
-def test_a_cp_cell_is_timed_by_counts_and_the_longest_warm_up_a_kernel_cell_may_take():
+def test_a_cp_cell_is_timed_by_counts_the_longest_warm_up_a_kernel_cell_may_take_and_graph_replay():
     timing = {"warmup": 1, "reps": 5, "warmup_ms": 25.0, "warmup_max_ms": 1000.0, "rep_ms": 100.0, "cuda_graph": True}
-    assert timing_spec.cp_settings(timing) == {"warmup": 1, "reps": 5, "warmup_ms": 1000.0}
+    assert timing_spec.cp_settings(timing) == {"warmup": 1, "reps": 5, "warmup_ms": 1000.0, "cuda_graph": True}
+    # A CPU cell (no graph replay) keeps the settings, and so the cache key, it had before.
+    assert timing_spec.cp_settings({**timing, "cuda_graph": False}) == {"warmup": 1, "reps": 5, "warmup_ms": 1000.0}
     assert set(timing_spec.names(CountedTiming)) <= {f.name for f in dataclasses.fields(CPSpec)}
     assert not set(timing_spec.names()) - set(timing_spec.names(CountedTiming)) & {f.name for f in dataclasses.fields(CPSpec)}
 

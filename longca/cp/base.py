@@ -31,8 +31,11 @@ class Strategy:
     description: str = ""
     # Options a strategy accepts from config (cp_options: {<name>: {...}}) and their defaults.
     # local_kernel: a registry kernel or ``auto`` (``longca.cp.local.AUTO_LOCAL_KERNELS``);
-    # local_calls: ``auto`` (one call per block where the kernel can) or ``pieces``.
-    options: dict[str, Any] = {"local_kernel": "auto", "local_calls": "auto", "layout": "auto"}
+    # local_calls: ``auto`` (one call per block where the kernel can) or ``pieces``;
+    # comm_sm_margin: SMs a local call that overlaps a transfer leaves to the collective's kernels
+    # (where the kernel takes such a margin: FFA's persistent kernel otherwise holds every SM until
+    # it ends, and the transfer waits; MagiAttention leaves 4).
+    options: dict[str, Any] = {"local_kernel": "auto", "local_calls": "auto", "layout": "auto", "comm_sm_margin": 4}
 
     def __init__(self, group: dist.ProcessGroup | None = None, options: dict[str, Any] | None = None):
         unknown = sorted(set(options or {}) - set(self.options))

@@ -43,12 +43,18 @@ class Comm:
     # --- collectives ---------------------------------------------------------------------------
     def all_gather(self, x: torch.Tensor) -> torch.Tensor:
         """``(W, *x.shape)``: every rank's ``x``."""
+        out, works = self.start_all_gather(x)
+        self.wait(works)
+        return out
+
+    def start_all_gather(self, x: torch.Tensor):
+        """``all_gather`` posted, not waited for: ``(out, works)``; ``out`` is valid after ``wait(works)``."""
         x = x.contiguous()
         # Gathered along dim 0 (gloo checks the output as W copies of x stacked on dim 0).
         out = x.new_empty((self.size * x.shape[0],) + tuple(x.shape[1:]))
-        dist.all_gather_into_tensor(out, x, group=self.group)
+        work = dist.all_gather_into_tensor(out, x, group=self.group, async_op=True)
         self._count((self.size - 1) * x.numel() * x.element_size())
-        return out.view((self.size,) + tuple(x.shape))
+        return out.view((self.size,) + tuple(x.shape)), [work]
 
     def reduce_scatter(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` is ``(W, ...)``; returns the sum over ranks of ``x[this rank]``."""

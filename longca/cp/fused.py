@@ -53,13 +53,14 @@ class BlockOps:
     # What a strategy calls: the block added into the running accumulators, laid out as the
     # tokens are, ``(b, s, h, d)`` output and ``(b, s, h)`` LSE (float32), and dq ``(b, s, h, d)``.
     # A kernel that reduces into given buffers itself (FFA) overrides these and saves the merge.
-    def forward_into(self, q, k, v, prepared, scale: float, acc_out, acc_lse) -> None:
+    # ``sm_margin``: SMs to leave free for a transfer the call overlaps (kernels that take it: FFA).
+    def forward_into(self, q, k, v, prepared, scale: float, acc_out, acc_lse, sm_margin: int = 0) -> None:
         from .local import merge_into
 
         out, lse = self.forward(q, k, v, prepared, scale)
         merge_into(acc_out.transpose(1, 2), acc_lse.transpose(1, 2), out, lse)
 
-    def backward_into(self, dout, q, k, v, out, lse, prepared, scale: float, dq_acc):
+    def backward_into(self, dout, q, k, v, out, lse, prepared, scale: float, dq_acc, sm_margin: int = 0):
         dq, dk, dv = self.backward(dout, q, k, v, out, lse, prepared, scale)
         dq_acc += dq.transpose(1, 2)
         return dk, dv
@@ -151,14 +152,14 @@ class FfaBlockOps(BlockOps):
     def _call_ranges(self, prepared, q, k):
         return prepared["batch_one"] if q.shape[0] == 1 else self._ranges(prepared, q, k)
 
-    def forward_into(self, q, k, v, prepared, scale, acc_out, acc_lse):
+    def forward_into(self, q, k, v, prepared, scale, acc_out, acc_lse, sm_margin=0):
         # FFA corrects what the buffers hold by their LSE and adds the block (atomically, in float32),
         # as MagiAttention's own stages do: no merge pass, no partial output.  Rows no range covers
         # keep what they had.
         b, s, h, d = q.shape
         self.fwd(q=_packed(q), k=_packed(k), v=_packed(v), sink=None, sink_layout="sh",
                  out=acc_out.view(b * s, h, d), lse=acc_lse.view(b * s, h), softmax_scale=scale, softcap=0.0,
-                 out_type=torch.float32, disable_fwd_atomic_reduction=False, deterministic=False, sm_margin=0,
+                 out_type=torch.float32, disable_fwd_atomic_reduction=False, deterministic=False, sm_margin=sm_margin,
                  **self._call_ranges(prepared, q, k))
 
     def forward(self, q, k, v, prepared, scale):
@@ -168,7 +169,7 @@ class FfaBlockOps(BlockOps):
         self.forward_into(q, k, v, prepared, scale, out, lse)
         return out.transpose(1, 2), lse.transpose(1, 2)
 
-    def backward_into(self, dout, q, k, v, out, lse, prepared, scale, dq_acc):
+    def backward_into(self, dout, q, k, v, out, lse, prepared, scale, dq_acc, sm_margin=0):
         # dq is reduced into the running buffer (atomically, as FFA reduces overlapping ranges);
         # dk, dv of this block come back on their own: the ring sends them on.
         b, s, h, d = q.shape
@@ -177,7 +178,7 @@ class FfaBlockOps(BlockOps):
                                 sink_layout="sh", out=_packed(out), lse=lse_packed, dq=dq_acc.view(b * s, h, d),
                                 dk=None, dv=None, dsink=None, softmax_scale=scale, softcap=0.0,
                                 dq_type=torch.float32, dk_type=torch.float32, dv_type=torch.float32,
-                                disable_bwd_dkv_atomic_reduction=False, deterministic=False, sm_margin=0,
+                                disable_bwd_dkv_atomic_reduction=False, deterministic=False, sm_margin=sm_margin,
                                 **self._call_ranges(prepared, q, k))
         return dk.view(k.shape), dv.view(v.shape)
 

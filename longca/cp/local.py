@@ -118,7 +118,7 @@ class BlockAttention:
     """A registry kernel's LSE entry point on ``(b, s, h, d)`` tensors with GQA."""
 
     def __init__(self, kernel: str, device: torch.device, heads_q: int, heads_kv: int, head_dim: int,
-                 scale: float | None = None, calls: str = "auto"):
+                 scale: float | None = None, calls: str = "auto", comm_sm_margin: int = 0):
         if calls not in LOCAL_CALLS:
             raise ValueError(f"local_calls {calls!r} is not one of {', '.join(LOCAL_CALLS)}")
         kernel = resolve_local_kernel(kernel, device)
@@ -136,6 +136,9 @@ class BlockAttention:
         self.kernel, self.ops, self.modes = kernel, ops, ops.modes if ops is not None else frozenset()
         self.group = heads_q // heads_kv
         self.scale = head_dim ** -0.5 if scale is None else scale
+        if comm_sm_margin < 0:
+            raise ValueError(f"comm_sm_margin must be >= 0, got {comm_sm_margin}")
+        self.comm_sm_margin = int(comm_sm_margin)
 
     @property
     def calls(self) -> str:
@@ -188,13 +191,18 @@ class BlockAttention:
         """The dq accumulator → ``(b, s, h, d)`` in ``dtype``."""
         return (dq_acc if self.fused is not None else dq_acc.transpose(1, 2)).to(dtype)
 
-    def forward(self, q, k, v, pieces: Sequence[Piece], acc) -> None:
-        """Add the block ``q × (k, v)`` restricted to ``pieces`` into ``acc`` (from new_accumulators)."""
+    def _margin(self, overlapped: bool) -> int:
+        return self.comm_sm_margin if overlapped else 0
+
+    def forward(self, q, k, v, pieces: Sequence[Piece], acc, overlapped: bool = False) -> None:
+        """Add the block ``q × (k, v)`` restricted to ``pieces`` into ``acc`` (from new_accumulators).
+        ``overlapped``: a transfer is in flight meanwhile (the call leaves it ``comm_sm_margin`` SMs)."""
         if not pieces:
             return
         acc_out, acc_lse = acc
         if isinstance(pieces, FusedBlock):
-            self.fused.forward_into(q, k, v, pieces.prepared, self.scale, acc_out, acc_lse)
+            self.fused.forward_into(q, k, v, pieces.prepared, self.scale, acc_out, acc_lse,
+                                    sm_margin=self._margin(overlapped))
             return
         qh, kh, vh = self._heads(q), self._expand(k), self._expand(v)
         for p in pieces:
@@ -215,13 +223,15 @@ class BlockAttention:
         """The LSE a backward kernel is given: rows with no key get +inf, so exp(s - lse) = 0."""
         return torch.where(torch.isneginf(lse), torch.full_like(lse, float("inf")), lse)
 
-    def backward(self, dout, q, k, v, out, lse_bwd, pieces: Sequence[Piece], dq_acc: torch.Tensor):
+    def backward(self, dout, q, k, v, out, lse_bwd, pieces: Sequence[Piece], dq_acc: torch.Tensor,
+                 overlapped: bool = False):
         """This block's dq added into ``dq_acc`` (from ``new_dq``); returns its (dk, dv) in
         float32 ``(b, s, h_kv, d)``, or None when the block attends nothing."""
         if not pieces:
             return None
         if isinstance(pieces, FusedBlock):
-            return self.fused.backward_into(dout, q, k, v, out, lse_bwd, pieces.prepared, self.scale, dq_acc)
+            return self.fused.backward_into(dout, q, k, v, out, lse_bwd, pieces.prepared, self.scale, dq_acc,
+                                            sm_margin=self._margin(overlapped))
         qh, kh, vh = self._heads(q), self._expand(k), self._expand(v)
         doh, oh = self._heads(dout), self._heads(out)
         b, h, sk, d = kh.shape

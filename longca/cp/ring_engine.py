@@ -27,9 +27,10 @@ def _next_prev(comm: Comm) -> tuple[int, int]:
 
 
 def ring_forward(block: BlockAttention, comm: Comm, q, k, v, pieces: Sequence[Sequence[Piece]], acc,
-                 src_of: SrcOf) -> None:
+                 src_of: SrcOf, busy: bool = False) -> None:
     """Accumulate ``q`` against every K/V block of the ring into ``acc``; at step ``s`` this rank
-    holds the block that ``src_of(s)`` (an index into ``pieces``) names."""
+    holds the block that ``src_of(s)`` (an index into ``pieces``) names.  ``busy``: another transfer
+    is in flight throughout (the double ring's outer hop)."""
     nxt, prv = _next_prev(comm)
     cur_k, cur_v = k, v
     for step in range(comm.size):
@@ -37,14 +38,14 @@ def ring_forward(block: BlockAttention, comm: Comm, q, k, v, pieces: Sequence[Se
         if step < comm.size - 1:
             new_k, new_v = torch.empty_like(cur_k), torch.empty_like(cur_v)
             works = comm.exchange([cur_k, cur_v], nxt, [new_k, new_v], prv)
-        block.forward(q, cur_k, cur_v, pieces[src_of(step)], acc)
+        block.forward(q, cur_k, cur_v, pieces[src_of(step)], acc, overlapped=busy or works is not None)
         if works is not None:
             comm.wait(works)
             cur_k, cur_v = new_k, new_v
 
 
 def ring_backward(block: BlockAttention, comm: Comm, dout, q, k, v, out, lse_bwd,
-                  pieces: Sequence[Sequence[Piece]], dq_acc, src_of: SrcOf):
+                  pieces: Sequence[Sequence[Piece]], dq_acc, src_of: SrcOf, busy: bool = False):
     """dq of every block added into ``dq_acc``; returns the float32 (dk, dv) of this rank's own K/V,
     summed over every rank's queries of this ring."""
     nxt, prv = _next_prev(comm)
@@ -57,7 +58,8 @@ def ring_backward(block: BlockAttention, comm: Comm, dout, q, k, v, out, lse_bwd
         if step < comm.size - 1:
             new_k, new_v = torch.empty_like(cur_k), torch.empty_like(cur_v)
             kv_works = comm.exchange([cur_k, cur_v], nxt, [new_k, new_v], prv)
-        share = block.backward(dout, q, cur_k, cur_v, out, lse_bwd, pieces[src_of(step)], dq_acc)
+        share = block.backward(dout, q, cur_k, cur_v, out, lse_bwd, pieces[src_of(step)], dq_acc,
+                               overlapped=busy or kv_works is not None or grad_works is not None)
         if step == 0:
             held = share if share is not None else _zeros_kv(cur_k)
         else:
@@ -93,7 +95,7 @@ def double_ring_forward(block: BlockAttention, inner: Comm, outer: Comm, q, k, v
             works = outer.exchange([held_k, held_v], (a + 1) % windows, [new_k, new_v], (a - 1) % windows)
         src_window = (a - o) % windows
         ring_forward(block, inner, q, held_k, held_v, pieces, acc,
-                     lambda i, sw=src_window: sw * w + (p - i) % w)
+                     lambda i, sw=src_window: sw * w + (p - i) % w, busy=works is not None)
         if works is not None:
             outer.wait(works)
             held_k, held_v = new_k, new_v
@@ -113,7 +115,8 @@ def double_ring_backward(block: BlockAttention, inner: Comm, outer: Comm, dout, 
         src_window = (a - o) % windows
         # This window's share of block (src_window, p)'s gradient, back at this rank after the inner turn.
         dk, dv = ring_backward(block, inner, dout, q, held_k, held_v, out, lse_bwd, pieces, dq_acc,
-                               lambda i, sw=src_window: sw * w + (p - i) % w)
+                               lambda i, sw=src_window: sw * w + (p - i) % w,
+                               busy=kv_works is not None or grad_works is not None)
         if o > 0:  # earlier windows' shares of the same block arrived during the inner ring
             outer.wait(grad_works)
             dk, dv = dk + incoming[0], dv + incoming[1]

@@ -60,7 +60,7 @@ class SequenceParallel(Strategy):
         self.inner, self.outer = Comm(ig, self), Comm(og, self)
         heads_kv_local = heads_kv * self.rep // u
         self.block = BlockAttention(self.opts["local_kernel"], device, heads_q // u, heads_kv_local, head_dim,
-                                    calls=self.opts["local_calls"])
+                                    calls=self.opts["local_calls"], comm_sm_margin=self.opts["comm_sm_margin"])
 
         def member_spans(i: int) -> tuple[Span, ...]:  # ring member i = Ulysses group i
             return self.layout.concatenated(range(i * u, (i + 1) * u))

@@ -132,6 +132,8 @@ CP_SCHEMA = pa.schema(
         ("gate_wall_s", pa.float64()),
         ("timed_wall_s", pa.float64()),
         ("job_wall_s", pa.float64()),
+        ("timed_via", pa.string()),
+        ("host_ms", pa.float64()),
     ])
 
 _VERSIONS = {id(KERNEL_SCHEMA): SCHEMA_VERSION, id(CP_SCHEMA): CP_SCHEMA_VERSION}

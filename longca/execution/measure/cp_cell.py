@@ -9,6 +9,7 @@ per-iteration maximum over ranks; each rank's own quantiles are kept too.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -25,7 +26,7 @@ from ...attention.flops import attention_flops
 from ...attention.problem import Problem
 from ...cp import build
 from ...cp.base import Unsupported
-from . import env, timing
+from . import env, graphed, timing
 from .cell import MeasuredSpec, is_oom
 from .gate import gate_problem, relative_error
 
@@ -133,37 +134,86 @@ def _max_over_ranks(n: int) -> int:
     return max(_gather(int(n)))
 
 
+def _capture(run, stream: torch.cuda.Stream) -> tuple[Any, str]:
+    """``run`` captured on ``stream`` (``(replay, "graph")``), or ``(None, "eager: <why>")``.
+
+    Thread-local capture: NCCL's watchdog thread queries the events of earlier collectives while a
+    rank captures, which a global capture forbids.  Every rank captures; the caller replays only if
+    all of them could (a graph holds collectives, so all ranks replay or none)."""
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+            run()
+    except Exception as exc:  # noqa: BLE001 — an uncapturable step is timed eagerly, and says so
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        del graph
+        with contextlib.suppress(Exception):
+            torch.cuda.synchronize(stream.device)
+        return None, f"eager: capture failed: {type(exc).__name__}: {reason[:200]}"
+    return graph, "graph"
+
+
 def time_strategy(spec: CPSpec, problem: Problem):
+    """The strategy's step timed on every rank: ``(strategy, samples, peak, comm_bytes, timed_wall_s,
+    facts)``.  With ``cuda_graph`` (as kernel cells on a GPU), the step — its collectives with it — is
+    captured after eager warm-up calls and its replays are timed, so the figure is the GPU's work and
+    not how fast Python issues a step of many small calls; ``facts`` say which way it was timed
+    (``timed_via``) and what one eager step costs the CPU (``host_ms``, the slowest rank's)."""
     strategy, reason = _planned(spec, problem)
     if reason:
         raise Unsupported(reason)
-    _, (q, k, v), dout = _local_inputs(strategy, problem, problem.seed)
     device = problem.device
+    stream = graphed.stream_for(device, spec.cuda_graph)
+    facts: dict[str, Any] = {}
 
     def setup():
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         dist.barrier()
 
-    if problem.direction == "bwd":
-        out = strategy.attention(q, k, v)
+    with graphed.on(stream):
+        _, (q, k, v), dout = _local_inputs(strategy, problem, problem.seed)
+        if problem.direction == "bwd":
+            out = strategy.attention(q, k, v)
 
-        def run():
-            return torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
-    else:
-        def run():
-            return strategy.attention(q, k, v)
+            def run():
+                return torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+        else:
+            def run():
+                return strategy.attention(q, k, v)
 
-    # What one timed call sends, counted on an untimed call of its own.
-    strategy.comm_bytes = 0
-    run()
-    comm_bytes = strategy.comm_bytes
-    began = time.perf_counter()
-    samples, peak = timing.sample(run, device=device, warmup=spec.warmup, reps=spec.reps, setup=setup,
-                                  warmup_ms=spec.warmup_ms, agree=_max_over_ranks)
-    timed_wall_s = time.perf_counter() - began  # the warm-up and timed calls: what a cell is for
+        # What one timed call sends, counted on an untimed call of its own.
+        strategy.comm_bytes = 0
+        run()
+        comm_bytes = strategy.comm_bytes
+        call, graph, eager_peak = run, None, 0
+        if stream is not None:
+            # Replays allocate nothing (the graph keeps its memory in a pool of its own), so a
+            # step's peak memory is read over these eager steps.
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            for _ in range(max(spec.warmup, 1)):
+                run()
+            torch.cuda.synchronize(device)
+            eager_peak = torch.cuda.max_memory_allocated(device)
+            facts["host_ms"] = max(_gather(graphed.host_ms(run, device)))
+            setup()
+            graph, how = _capture(run, stream)
+            failures = [r for r in _gather(None if graph is not None else how) if r]
+            facts["timed_via"] = failures[0] if failures else "graph"
+            if failures:
+                graph = None
+            else:
+                call = graph.replay
+        began = time.perf_counter()
+        samples, peak = timing.sample(call, device=device, warmup=spec.warmup, reps=spec.reps, setup=setup,
+                                      warmup_ms=spec.warmup_ms, agree=_max_over_ranks)
+        timed_wall_s = time.perf_counter() - began  # the warm-up and timed calls: what a cell is for
+    if peak is not None:
+        peak = max(peak, eager_peak)
+    del graph
     strategy.close()
-    return strategy, samples, peak, comm_bytes, timed_wall_s
+    return strategy, samples, peak, comm_bytes, timed_wall_s, facts
 
 
 def _gather(value):
@@ -201,7 +251,8 @@ def run_cell(spec: CPSpec) -> dict[str, Any] | None:
         if not ok:
             failure = ("wrong", detail)
         else:
-            strategy, samples, peak, comm_bytes, timed_wall_s = time_strategy(spec, problem)
+            strategy, samples, peak, comm_bytes, timed_wall_s, facts = time_strategy(spec, problem)
+            row.update(facts)
             every = _gather({"samples": samples, "peak": peak, "comm": comm_bytes, "area": strategy.rank_area,
                              "timed_wall_s": timed_wall_s})
             row["timed_wall_s"] = max(r["timed_wall_s"] for r in every)

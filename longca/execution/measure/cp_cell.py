@@ -134,8 +134,8 @@ def _max_over_ranks(n: int) -> int:
     return max(_gather(int(n)))
 
 
-def _capture(run, stream: torch.cuda.Stream) -> tuple[Any, str]:
-    """``run`` captured on ``stream`` (``(replay, "graph")``), or ``(None, "eager: <why>")``.
+def _capture(run, stream: torch.cuda.Stream) -> tuple[Any, Any, str]:
+    """``run`` captured on ``stream``: ``(graph, its outputs, "graph")``, or ``(None, None, "eager: <why>")``.
 
     Thread-local capture: NCCL's watchdog thread queries the events of earlier collectives while a
     rank captures, which a global capture forbids.  Every rank captures; the caller replays only if
@@ -143,14 +143,23 @@ def _capture(run, stream: torch.cuda.Stream) -> tuple[Any, str]:
     graph = torch.cuda.CUDAGraph()
     try:
         with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-            run()
+            outputs = run()
     except Exception as exc:  # noqa: BLE001 — an uncapturable step is timed eagerly, and says so
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         del graph
         with contextlib.suppress(Exception):
             torch.cuda.synchronize(stream.device)
-        return None, f"eager: capture failed: {type(exc).__name__}: {reason[:200]}"
-    return graph, "graph"
+        return None, None, f"eager: capture failed: {type(exc).__name__}: {reason[:200]}"
+    return graph, outputs, "graph"
+
+
+def _replay_error(graph, outputs, run) -> float:
+    """The largest relative error of a replay's outputs against an eager step's (both on this rank):
+    a graph that baked in a host-side value would time a different computation."""
+    graph.replay()
+    eager = run()
+    pairs = zip(outputs, eager) if isinstance(eager, (tuple, list)) else [(outputs, eager)]
+    return max(relative_error(a.float(), b.float()) for a, b in pairs)
 
 
 def time_strategy(spec: CPSpec, problem: Problem):
@@ -198,11 +207,17 @@ def time_strategy(spec: CPSpec, problem: Problem):
             eager_peak = torch.cuda.max_memory_allocated(device)
             facts["host_ms"] = max(_gather(graphed.host_ms(run, device)))
             setup()
-            graph, how = _capture(run, stream)
+            graph, outputs, how = _capture(run, stream)
             failures = [r for r in _gather(None if graph is not None else how) if r]
+            if not failures:
+                error = max(_gather(_replay_error(graph, outputs, run)))
+                tolerance = CP_GATE_TOLERANCE[problem.direction][problem.dtype]
+                if not error <= tolerance:
+                    failures = [f"eager: the replayed step disagrees with an eager one (relative error "
+                                f"{error:.2e} > {tolerance:.0e})"]
             facts["timed_via"] = failures[0] if failures else "graph"
             if failures:
-                graph = None
+                graph = outputs = None
             else:
                 call = graph.replay
         began = time.perf_counter()

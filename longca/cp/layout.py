@@ -45,6 +45,16 @@ class Layout:
             idx[s.offset:s.offset + s.length] = torch.arange(s.start, s.end)
         return idx
 
+    def gathered_index(self) -> torch.Tensor:
+        """For each global token, its row in the shards of every rank laid end to end (what an
+        all-gather leaves): ``gathered[:, gathered_index()]`` is the sequence in its global order."""
+        idx = torch.empty(self.seqlen, dtype=torch.long)
+        for rank, spans in enumerate(self.shards):
+            for s in spans:
+                base = rank * self.shard_len + s.offset
+                idx[s.start:s.end] = torch.arange(base, base + s.length)
+        return idx
+
     def concatenated(self, ranks) -> tuple[Span, ...]:
         """The spans of ``ranks``' shards laid end to end (each shard padded to ``shard_len``): the
         token order of what an all-gather or all-to-all over those ranks leaves on one rank."""

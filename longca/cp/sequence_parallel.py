@@ -53,7 +53,11 @@ class SequenceParallel(Strategy):
             raise Unsupported(f"Ulysses degree {u} × ring window {window} does not tile {self.world} ranks")
         self.rep = a2a.kv_replication(heads_q, heads_kv, u)
         ring_size = self.world // u
-        self.layout = layouts.build(self.opts["layout"], mask, self.world)
+        # Without a ring every rank attends the whole sequence (for its heads), so no layout
+        # balances anything; the contiguous one keeps each document in one piece after the
+        # all-to-all, where a balanced one would cut it into 2·world chunks (more, smaller ranges).
+        name = "contiguous" if self.opts["layout"] == "auto" and ring_size == 1 else self.opts["layout"]
+        self.layout = layouts.build(name, mask, self.world)
         g_rank = dist.get_rank(self.group)
         ug, rg, ig, og = _groups(self.world, g_rank, u, window)
         self.ulysses, self.ring = Comm(ug, self), Comm(rg, self)

@@ -204,19 +204,20 @@ def test_each_published_stage_measures_cells_of_its_table_with_the_table_setting
         assert config.cell_settings(narrowed, *args) == config.cell_settings(table, *args), (stage.name, c)
 
 
-CP_TABLE = REPO / "docs" / "results" / "cp_4xh100_2026-11-27"
+CP_TABLES = [REPO / "docs" / "results" / name for name in ("cp_4xh100_2026-11-27", "cp_4xh100_graphs_2026-11-27")]
 
 
-def test_the_published_cp_table_is_cells_of_its_grid_gated_and_timed_by_the_slowest_rank():
+@pytest.mark.parametrize("table_dir", CP_TABLES, ids=lambda p: p.name)
+def test_a_published_cp_table_is_cells_of_its_grid_gated_and_timed_by_the_slowest_rank(table_dir):
     """The 4-GPU CP table: each row a cell of its grid (config/gpu.yaml + its overrides.yaml) with the
     settings that grid gives it; every ok row passed the gate, its time is the slowest rank's (per
     step the max over ranks, so its median is at least every rank's own median), its per-GPU
     TFLOPs/s is FLOPs / cp_size / that time; at least 150 ok rows at cp_size 2 and 4; our strategies
     ran FFA one call per block (the row says so)."""
     grid = config.validate(config.merge_files([REPO / "config" / "config.yaml", REPO / "config" / "gpu.yaml",
-                                               CP_TABLE / "overrides.yaml"]))
+                                               table_dir / "overrides.yaml"]))
     cells = {c.name: c for c in config.cp_cells(grid)}
-    table = pd.read_parquet(CP_TABLE / "cp.parquet")
+    table = pd.read_parquet(table_dir / "cp.parquet")
     assert table["cell_id"].is_unique and set(table["cell_id"]) <= set(cells)
     for row in table.itertuples():
         c = cells[row.cell_id]
@@ -234,3 +235,6 @@ def test_the_published_cp_table_is_cells_of_its_grid_gated_and_timed_by_the_slow
     ours = ok[ok["strategy"] != "torch_cp"]
     assert set(ours["local_kernel"]) == {"ffa"}
     assert {json.loads(n)["local_calls"] for n in ours["notes"]} == {"fused"}
+    if "timed_via" in table.columns and table["cuda_graph"].any():  # timed as the kernels are
+        assert (ok["timed_via"] == "graph").all() and ok["host_ms"].notna().all()
+        assert grid["timing"]["cuda_graph"] and ok["cuda_graph"].all()

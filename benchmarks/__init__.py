@@ -14,12 +14,14 @@ Keeping and publishing a table
     figures and report from the cells a run finished).
 Comparing tables
     ``compare_gpus.py`` (two GPUs), ``run_to_run.py`` (one table measured twice), ``magi_blog_figures.py``
-    (the MagiAttention blog's charts as numbers).
+    (the MagiAttention blog's charts as numbers), ``cp_summary.py`` (a CP table's best strategies
+    and its ratios to another CP table).
 Checking the measurement
     ``bench_pipeline.py`` (the workflow against a bare loop), ``bench_kernels.py`` (the harness against
     a bare loop), ``timing_series.py`` (every timing sample), ``peak_memory.py`` and ``memory_order.py``
     (what the memory figure counts), ``full_check.py`` (each kernel × mask at full size against a
-    float32 reference), ``check_lse_ops.py`` (CP's local-kernel entry points).
+    float32 reference), ``cp_full_check.py`` (each CP strategy likewise), ``check_lse_ops.py`` (CP's
+    local-kernel entry points).
 Costs of the tool itself
     ``bench_workflow.py`` (the workflow's overhead per cell), ``bench_masks.py`` (building masks),
     ``bench_cp.py`` (CP strategies), ``bench_triton_block_sparse.py`` (LongCA's Triton kernel).

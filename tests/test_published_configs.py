@@ -238,3 +238,15 @@ def test_a_published_cp_table_is_cells_of_its_grid_gated_and_timed_by_the_slowes
     if "timed_via" in table.columns and table["cuda_graph"].any():  # timed as the kernels are
         assert (ok["timed_via"] == "graph").all() and ok["host_ms"].notna().all()
         assert grid["timing"]["cuda_graph"] and ok["cuda_graph"].all()
+
+
+def test_the_cp_pages_best_strategy_table_is_what_its_parquet_says():
+    """The table on the graph-timed CP page is benchmarks/cp_summary.py's output on the committed
+    Parquet and kernel table, line for line."""
+    from benchmarks.cp_summary import best_table
+    from longca.results import parquet
+
+    page = CP_TABLES[1]
+    table = best_table(parquet.load(page / "cp.parquet"),
+                       parquet.load(REPO / "docs" / "results" / "h100_2026-11-23" / "kernels.parquet"), 0.05)
+    assert table in (page / "README.md").read_text()

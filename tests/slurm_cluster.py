@@ -12,8 +12,9 @@ the private config through ``SLURM_CONF``; since the executor plugin strips ``SL
 from the commands it runs inside a job, ``bin/`` holds one wrapper per Slurm command that sets it
 and execs the real command, first on ``PATH`` (the jobs inherit ``PATH``).
 
-``gpus_per_node`` > 0 declares that many GPUs per node as gres, backed by empty files standing in
-for /dev/nvidia*: Slurm allocates them and sets ``CUDA_VISIBLE_DEVICES`` in the job.  On a GPU
+``gpus_per_node`` > 0 declares that many GPUs per node as gres, backed by character devices (major
+195, made with mknod in the cluster's folder) standing in for /dev/nvidia*: Slurm allocates them
+and sets ``CUDA_VISIBLE_DEVICES`` in the job.  On a GPU
 machine ``gpu_files`` names the real devices instead (one node).
 
 Run as a script, it starts a cluster, runs one command against it and stops it (the command's exit
@@ -30,6 +31,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -48,6 +50,18 @@ def ensure_installed() -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update"], check=True, capture_output=True, env=env, timeout=900)
     subprocess.run(["apt-get", "install", "-y", *PACKAGES], check=True, capture_output=True, env=env, timeout=1800)
+
+
+def _stand_in_gpu(path: Path, minor: int) -> None:
+    """A character device numbered as NVIDIA's (major 195), in the cluster's own folder: slurmd takes
+    only character or block devices as gres files (an empty file makes it refuse the node's GPUs, so
+    no job would get CUDA_VISIBLE_DEVICES).  Nothing opens it: these nodes have no GPU behind it."""
+    if path.exists():
+        path.unlink()
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(195, minor))
+    except PermissionError as exc:
+        raise RuntimeError(f"cannot make the stand-in GPU device {path} (mknod needs root): {exc}") from None
 
 
 def _free_port() -> int:
@@ -118,7 +132,7 @@ class Cluster:
                 devices = self.root / "dev"
                 devices.mkdir(exist_ok=True)
                 for i in range(self.gpus):
-                    (devices / f"nvidia{i}").touch()
+                    _stand_in_gpu(devices / f"nvidia{i}", i)
                 files = [str(devices / f"nvidia{i}") for i in range(self.gpus)]
             # gres.conf sits beside slurm.conf, where slurmd looks for it.
             (self.root / "gres.conf").write_text("".join(f"Name=gpu File={f}\n" for f in files))

@@ -56,3 +56,14 @@ def test_the_whole_measurement_runs_on_cpu_and_round_trips(tmp_path):
     assert ceilings.matmul_ceiling(loaded, "bfloat16")["dtype"] == "bfloat16"
     assert ceilings.matmul_ceiling(loaded, "float16") is None
     assert ceilings.load(tmp_path / "missing.json") is None and ceilings.matmul_ceiling(None, "float32") is None
+
+
+def test_a_ceiling_that_cannot_be_measured_is_written_as_none_with_its_error(tmp_path):
+    """A job with no usable GPU (a cluster node's device that is not there) writes no ceiling and the
+    reason, instead of failing the run; figures then draw no line."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the cuda measurement would succeed")
+    result = ceilings.write("cuda", ["bfloat16"], tmp_path / "ceilings.json")
+    assert result["matmul"] == [] and result["error"]
+    assert ceilings.load(tmp_path / "ceilings.json") == result
+    assert ceilings.matmul_ceiling(result, "bfloat16") is None

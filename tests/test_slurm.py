@@ -161,6 +161,20 @@ GPU_CONFIG = {
 }
 
 
+def test_jobs_no_node_can_hold_stop_the_run_before_submitting_naming_the_keys(cluster, tmp_path):
+    """The CPU grid asks 8 CPUs and 32,000 MiB per cell by default; on nodes of 2 CPUs and 2,000 MiB
+    every job would pend forever with Snakemake silent, so the README's SLURM command stops at once
+    and says which keys to set and to what."""
+    work = _checkout(tmp_path / "longca", config={k: v for k, v in CONFIG.items()
+                                                  if k not in ("slurm_cpus_per_cell", "slurm_mem_mb_per_cell")})
+    run = subprocess.run(COMMAND, cwd=work, env=_env(cluster), capture_output=True, text=True, timeout=300)
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out[-3000:]
+    assert "slurm_cpus_per_cell" in out and "at most 2 CPUs and 2000 MiB" in out, out[-3000:]
+    assert "slurm_cpus_per_cell=2" in out, out[-3000:]
+    assert not _squeue(cluster)  # nothing was submitted
+
+
 @pytest.fixture
 def gpu_cluster(tmp_path_factory):
     c = Cluster(tmp_path_factory.mktemp("slurm_gpu"), **GPU_NODE)
@@ -190,6 +204,9 @@ def test_gpu_jobs_ask_for_one_nodes_gpus_cpus_and_memory_exclusively(gpu_cluster
     run = subprocess.run(COMMAND + ["--configfile", "config/small.yaml", "--config", "gpus=8", "ranks_per_node=1"],
                          cwd=work, env=env, capture_output=True, text=True, timeout=900)
     out = run.stdout + run.stderr
+    # The jobs must run: a job that dies (no GPU granted, a Snakefile it cannot read) leaves rows
+    # written for lost cells, which must not pass for measured ones.
+    assert run.returncode == 0, out[-4000:]
     jobs = _jobs(gpu_cluster)
     kernel_jobs = [j for j in jobs.values() if "kernel_cell" in j.get("Comment", "")]
     cp_jobs = [j for j in jobs.values() if "cp_cell" in j.get("Comment", "")]
@@ -209,7 +226,7 @@ def test_gpu_jobs_ask_for_one_nodes_gpus_cpus_and_memory_exclusively(gpu_cluster
     # in a child forked by the cell's own process: no worker outlives a job.
     rows = [json.loads(p.read_text()) for p in (work / "results").glob("**/kernels/sdpa/full/*.json")]
     assert {r["cell_id"] for r in rows} >= {"sdpa/full/float32_fwd_128", "sdpa/full/float32_fwd_256"}, out[-3000:]
-    assert all(r.get("isolation") in ("fork", None) for r in rows), rows
+    assert all(r.get("isolation") == "fork" and r.get("slurm_job_id") for r in rows), rows
     survivors = subprocess.run(["pgrep", "-f", f"longca (worker|lane).*{work}"], capture_output=True, text=True)
     assert survivors.stdout == "", survivors.stdout
 

@@ -138,3 +138,16 @@ def test_a_run_that_succeeds_releases_the_copies_of_recorded_rows(tmp_path, monk
     assert not (tmp_path / "results/kept/kernels/a").exists()  # emptied folders go too
     assert kept_rows.recall(recorded, {"kernel": "x"}, "f") is None
     assert kept_rows.recall(only_copy, {"kernel": "x"}, "f") == {"status": "ok"}
+
+
+def test_a_job_no_node_of_the_partition_can_hold_is_named_with_the_keys_to_change():
+    cfg = validate({**GPU, "ranks_per_node": 4})
+    # Kernel cells ask 8 CPUs / 32,000 MiB; a cp_size-8 cell at 4 ranks a node asks 32 / 128,000.
+    assert slurm_jobs.node_demand(cfg, [8]) == (32, 128000)
+    assert slurm_jobs.partition_misfit(cfg, [8], [(64, 512000)], "gpu") is None
+    assert slurm_jobs.partition_misfit(cfg, [8], [], None) is None  # no sinfo: the cluster decides
+    small = slurm_jobs.partition_misfit(cfg, [8], [(16, 64000), (8, 32000)], "gpu")
+    assert "partition gpu" in small and "at most 16 CPUs and 64000 MiB" in small
+    assert "slurm_cpus_per_cell=4" in small and "slurm_mem_mb_per_cell=16000" in small
+    # One node that holds the job is enough, whatever the others are.
+    assert slurm_jobs.partition_misfit(cfg, [8], [(2, 2000), (32, 128000)], None) is None

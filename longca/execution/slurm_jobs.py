@@ -86,3 +86,50 @@ def cp_cell_resources(config: dict, cp_size: int) -> dict:
     if config["slurm_exclusive"]:
         resources["slurm_extra"] = "--exclusive"
     return resources
+
+
+def node_demand(config: dict, cp_sizes) -> tuple[int, int]:
+    """The most CPUs and memory (MiB) any of the run's jobs asks of one node: a kernel cell's, or a
+    CP cell's ranks on one node."""
+    shapes = [kernel_cell_resources(config, 1)] + [cp_cell_resources(config, n) for n in cp_sizes]
+    return (max(r.get("cpus_per_task", r.get("threads", 0)) for r in shapes), max(r["mem_mb"] for r in shapes))
+
+
+def partition_misfit(config: dict, cp_sizes, nodes: list[tuple[int, int]], partition: str | None) -> str | None:
+    """Why no node of the partition can take the run's largest job, or None.  ``nodes``: each node's
+    (CPUs, memory MiB) as ``sinfo`` reports them.  Such a job would wait forever (``PartitionConfig``
+    or ``Resources``) while Snakemake says nothing, so the run stops before submitting."""
+    if not nodes:
+        return None
+    cpus, mem = node_demand(config, cp_sizes)
+    if any(c >= cpus and m >= mem for c, m in nodes):
+        return None
+    top_cpus, top_mem = max(c for c, _ in nodes), max(m for _, m in nodes)
+    where = f"partition {partition}" if partition else "the default partition"
+    return (f"config.slurm_cpus_per_cell / slurm_mem_mb_per_cell: a job asks one node for {cpus} CPUs and "
+            f"{mem} MiB (cells' or a CP cell's ranks on one node), but the nodes of {where} have at most "
+            f"{top_cpus} CPUs and {top_mem} MiB (sinfo); every job would stay pending. Set e.g. "
+            f"--config slurm_cpus_per_cell={max(1, top_cpus // max(1, cpus // cell_cpus(config)))} "
+            f"slurm_mem_mb_per_cell={max(100, top_mem // max(1, mem // int(config['slurm_mem_mb_per_cell'])))}, "
+            f"or ranks_per_node for CP cells")
+
+
+def partition_nodes(partition: str | None) -> list[tuple[int, int]]:
+    """Each node's (CPUs, memory MiB) in ``partition`` (None: the default one) from ``sinfo``; empty
+    when sinfo is missing or fails (then nothing is checked: the cluster decides)."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("sinfo"):
+        return []
+    cmd = ["sinfo", "-h", "-N", "-o", "%c %m"] + (["-p", partition] if partition else [])
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    nodes = []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].rstrip("+").isdigit():
+            nodes.append((int(parts[0]), int(parts[1].rstrip("+"))))
+    return nodes

@@ -46,6 +46,13 @@ CP_ROW_FILES = [cell.path for cell in CP_CELLS] + [cell.unplaced_path for cell i
 KERNEL_ROW_FILES = [cell.path for cell in KERNEL_CELLS]
 # Partition and account for every job (config or environment); nothing when neither is set.
 SLURM_RESOURCES = longca_config.slurm_resources(CFG) if PLACEMENT != placement.LOCAL else {}
+# A job no node of the partition can hold would pend forever: stop now, naming the keys.
+if PLACEMENT == placement.SUBMITS_JOBS:
+    MISFIT = slurm_jobs.partition_misfit(CFG, sorted({c.cp_size for c in CP_CELLS}),
+                                         slurm_jobs.partition_nodes(SLURM_RESOURCES.get("slurm_partition")),
+                                         SLURM_RESOURCES.get("slurm_partition"))
+    if MISFIT:
+        raise longca_config.ConfigError(MISFIT)
 
 wildcard_constraints:
     seqlen=r"\d+",

@@ -17,6 +17,8 @@ with open(sm.log[0], "w") as log, contextlib.redirect_stderr(log):
         from longca.execution.measure import ceilings
 
         result = ceilings.write(sm.params.device, list(sm.params.dtypes), sm.output[0], threads=sm.threads)
+    if result.get("error"):
+        print(f"no ceiling measured: {result['error']}", file=sys.stderr)
     for entry in result["matmul"]:
         print(f"matmul {entry['dtype']} n={entry['n']}: {entry['tflops']:.4g} TFLOPs/s "
               f"(median {entry['median_ms']:.4g} ms)", file=sys.stderr)

@@ -131,7 +131,14 @@ def measure(device: str, dtypes: list[str], *, threads: int = 0, **kw) -> dict[s
 
 
 def write(device: str, dtypes: list[str], out: str | os.PathLike, *, threads: int = 0, **kw) -> dict[str, Any]:
-    result = measure(device, dtypes, threads=threads, **kw)
+    """Measure and write the ceilings; a measurement that fails (no usable device in this job) is
+    written as no ceiling with its ``error``, so the figures and the report are still made (they
+    draw no line) and the run goes on."""
+    try:
+        result = measure(device, dtypes, threads=threads, **kw)
+    except Exception as exc:  # noqa: BLE001 — a missing line on a figure, not a failed run
+        result = {"version": CEILINGS_VERSION, "device": device, "matmul": [],
+                  "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"}
     write_json_atomic(result, out)
     return result
 

@@ -300,6 +300,9 @@ def _cp_problems(config: dict, mask_labels: set[str]) -> list[str]:
         for key in sorted(set(options) - set(accepted)):
             problems.append(f"config.cp_options.{name}: unknown option {key!r} "
                             f"(it accepts: {', '.join(sorted(accepted))})")
+        for key in sorted(set(options) & set(accepted)):
+            if (why := cp.option_problem(name, key, options[key])):
+                problems.append(f"config.cp_options.{name}.{key}: {why}")
     # With no strategy the CP axes are unused; a config that narrows `masks` and turns CP off must
     # not fail on the default grid's `cp_masks`.  A pattern name that `masks` leaves out is dropped
     # (_select_cp_masks); a name that is neither is a typo.

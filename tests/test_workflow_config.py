@@ -47,6 +47,11 @@ def test_limits_and_isolation_have_defaults_and_become_flags():
     ({"cp_strategies": ["ring"]}, "config.cp_sizes: CP strategies are listed but no CP size"),
     ({"cp_strategies": ["spiral"], "cp_sizes": [2]}, "config.cp_strategies[0]: unknown CP strategy 'spiral'"),
     ({"cp_options": {"ring": {"degree": 2}}}, "config.cp_options.ring: unknown option 'degree'"),
+    ({"cp_options": {"ring": {"local_kernel": "nosuch"}}}, "config.cp_options.ring.local_kernel: 'nosuch' is not one of auto,"),
+    ({"cp_options": {"allgather": {"layout": "spiral"}}}, "config.cp_options.allgather.layout: 'spiral' is not one of"),
+    ({"cp_options": {"ulysses": {"local_calls": "one"}}}, "config.cp_options.ulysses.local_calls: 'one' is not one of auto, pieces"),
+    ({"cp_options": {"usp": {"ulysses_degree": -2}}}, "config.cp_options.usp.ulysses_degree: -2 is not a whole number >= 0"),
+    ({"cp_options": {"ring": {"comm_sm_margin": 2.5}}}, "config.cp_options.ring.comm_sm_margin: 2.5 is not a whole number"),
     ({"cp_strategies": ["ring"], "cp_sizes": [2], "cp_masks": ["nope"]}, "config.cp_masks[0]: 'nope' is not one of config.masks"),
     ({"ranks_per_node": -1}, "config.ranks_per_node"),
 ])

@@ -25,6 +25,33 @@ def build(name: str, group=None, options: dict | None = None) -> Strategy:
     return get(name)(group, options)
 
 
+def _choices() -> dict[str, list[str]]:
+    from .. import kernels
+    from .layout import LAYOUTS
+    from .local import LOCAL_CALLS
+
+    return {"local_kernel": ["auto", *kernels.names()], "local_calls": list(LOCAL_CALLS),
+            "layout": ["auto", *LAYOUTS]}
+
+
+def option_problem(name: str, key: str, value) -> str | None:
+    """Why ``value`` is not one strategy ``name``'s option ``key`` takes (for config validation, before
+    any work), or None.  Names are checked against what exists; a number (a degree, a window, a
+    margin) must be a whole number >= 0, 0 meaning the strategy's own choice."""
+    default = get(name).options[key]
+    choices = _choices().get(key)
+    if choices is not None:
+        return None if value in choices else f"{value!r} is not one of {', '.join(choices)}"
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else f"{value!r} is not true or false"
+    if isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return None if ok else f"{value!r} is not a whole number >= 0"
+    if isinstance(default, str) and not isinstance(value, str):
+        return f"{value!r} is not a name"
+    return None
+
+
 def source_files(name: str) -> list[Path]:
     """The code that computes strategy ``name``'s cells: its module and the shared CP machinery."""
     here = Path(__file__).resolve().parent
@@ -32,4 +59,5 @@ def source_files(name: str) -> list[Path]:
     return [own] + sorted(here / f"{m}.py" for m in _MACHINERY)
 
 
-__all__ = ["Strategy", "Unsupported", "REGISTRY", "register", "get", "build", "names", "source_files"]
+__all__ = ["Strategy", "Unsupported", "REGISTRY", "register", "get", "build", "names", "option_problem",
+           "source_files"]

@@ -155,12 +155,22 @@ def restore_types(value: Any, schema: dict) -> Any:
         return [restore_types(item, prefix[i] if i < len(prefix) else items) for i, item in enumerate(value)]
     if isinstance(value, str) and "string" not in _declared_types(schema):
         if _EXPONENT_FLOAT.fullmatch(value.strip()):
-            return float(value)
+            return _whole(float(value), schema)
         try:
             read = yaml.safe_load(value)
         except yaml.YAMLError:
             return value
-        return read if isinstance(read, _YAML_SCALARS) else value
+        return _whole(read, schema) if isinstance(read, _YAML_SCALARS) else value
+    return _whole(value, schema)
+
+
+def _whole(value: Any, schema: dict) -> Any:
+    """A float with no fraction where only an integer goes (``seqlens: [1e3]``) as that integer: the
+    length means 1000 tokens, and every later message names 1000.  A fraction stays, for the schema
+    to name its key."""
+    types = _declared_types(schema)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and types == {"integer"}:
+        return int(value)
     return value
 
 

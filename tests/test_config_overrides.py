@@ -68,3 +68,15 @@ def test_strings_stay_strings_where_the_schema_declares_strings():
     # A string that is no number where the schema wants one is still named.
     with pytest.raises(ValueError, match=r"config.seqlens\[0\]: 'many' is not of type 'integer'"):
         validate({**BASE, "seqlens": ["many"]})
+
+
+def test_a_whole_number_written_as_a_float_is_that_integer_and_a_fraction_names_its_key():
+    """`seqlens=[1e3]` (a float in YAML, a string through Snakemake's loader) is 1000 tokens; it used
+    to fail as four mask errors at "seqlen 1000.0" instead of naming config.seqlens[0]."""
+    base = {"kernels": ["sdpa_math"], "masks": ["causal", "full"]}
+    for written in (1e3, "1e3", 1000.0):
+        assert validate({**base, "seqlens": [written]})["seqlens"] == [1000]
+    with pytest.raises(Exception) as err:
+        validate({**base, "seqlens": [1000.5]})
+    assert "config.seqlens[0]: 1000.5 is not of type 'integer'" in str(err.value)
+    assert "config.masks" not in str(err.value)

@@ -247,7 +247,11 @@ def _cp_strategies(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="longca", description=__doc__)
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="longca", description="LongCA's command line: what the workflow's rules "
+                                     "call, and tools to inspect a run (status, aggregate, check).")
+    parser.add_argument("--version", action="version", version=f"longca {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     cell = sub.add_parser("run-cell", help="measure one kernel cell and write one JSON row")

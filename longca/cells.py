@@ -9,6 +9,7 @@ Torch-free and import-light: the thin ``run-cell`` client imports it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
@@ -79,3 +80,22 @@ def cp_cell_id(settings: Mapping[str, Any]) -> str:
 def cell_name(path: str) -> str:
     """A kernel cell's name from its file's path (``KernelCell.name``)."""
     return path.removeprefix(KERNEL_FILE.split("{")[0]).removesuffix(".json")
+
+
+_NAME_RE = re.compile(r"(?P<first>[^/]+)/(?P<mask>[^/]+)/(?P<dtype>[^_/]+)_(?P<direction>fwd|bwd)_"
+                      r"(?:(?P<tokens>\d+)x(?P<cp_size>\d+)|(?P<seqlen>\d+))")
+
+
+def from_name(name: str) -> KernelCell | CPCell | None:
+    """The cell a name (or a row file's path) spells, or None: what a row that cannot be read still
+    says about its cell."""
+    name = name.removesuffix(".json")
+    match = None
+    for match in _NAME_RE.finditer(name):
+        pass  # the last match: a path's folders come first
+    if match is None or not name.endswith(match.group(0)):
+        return None
+    g = match.groupdict()
+    if g["tokens"] is not None:
+        return CPCell(g["first"], g["mask"], int(g["tokens"]), int(g["cp_size"]), g["direction"], g["dtype"])
+    return KernelCell(g["first"], g["mask"], int(g["seqlen"]), g["direction"], g["dtype"])

@@ -119,3 +119,25 @@ def test_the_aggregate_command_picks_the_schema_by_the_rows_kind(tmp_path):
     mixed = subprocess.run(cmd + [str(tmp_path / "x.parquet"), str(tmp_path / "cp.json"), str(tmp_path / "kernel.json")],
                            capture_output=True, text=True)
     assert mixed.returncode != 0 and "kinds cp, kernel" in mixed.stderr
+
+
+def test_a_torn_row_file_names_its_cell_so_tables_and_figures_place_it(tmp_path):
+    """A row file that holds no JSON (a foreign edit, a full disk) becomes an error row of the cell its
+    path names, kernel, mask and length included: the figures draw it as a failed cell instead of
+    failing on a row without a kernel or mask."""
+    from longca.results import plots
+
+    cells = tmp_path / "results" / "cells" / "kernels" / "sdpa" / "full"
+    cells.mkdir(parents=True)
+    good = {"kind": "kernel", "cell_id": "sdpa/full/float32_fwd_64", "kernel": "sdpa", "mask": "full",
+            "seqlen": 64, "direction": "fwd", "dtype": "float32", "status": "ok", "tflops": 1.0, "median_ms": 1.0}
+    results.write_json_atomic(good, cells / "float32_fwd_64.json")
+    (cells / "float32_fwd_128.json").write_text('{"cell_id": ')
+    results.aggregate(sorted(cells.glob("*.json")), tmp_path / "kernels.parquet")
+    table = results.load(tmp_path / "kernels.parquet")
+    torn = table[table["cell_id"] == "sdpa/full/float32_fwd_128"].iloc[0]
+    assert (torn["status"], torn["kernel"], torn["mask"], torn["seqlen"], torn["direction"], torn["dtype"]) == \
+        ("error", "sdpa", "full", 128, "fwd", "float32")
+    assert "delete it to measure the cell again" in torn["reason"]
+    plots.kernel_throughput_figure(table, "full")
+    plots.kernel_mask_matrix_figure(table)

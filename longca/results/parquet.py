@@ -148,11 +148,27 @@ def read_rows(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
             except ValueError as exc:  # rows are written atomically: only a foreign edit gets here
                 row = exc
         if not isinstance(row, dict):
-            # The cell's name is its file's path under results/cells/<kind>/ (longca.config).
+            # The cell's name is its file's path under results/cells/<kind>/ (longca.cells): the row
+            # says which cell it is, so tables and figures place it like any failed cell.
             row = {"cell_id": "/".join(Path(p).with_suffix("").parts[-3:]), "status": "error",
-                   "reason": f"aggregate: {p} holds no JSON object ({row})"}
+                   "reason": f"aggregate: {p} holds no JSON object ({row}); delete it to measure the cell again",
+                   **_identity(str(p))}
         rows.append(row)
     return rows
+
+
+def _identity(path: str) -> dict[str, Any]:
+    """What a row file's path says about its cell: kind, names, length, direction, dtype."""
+    from ..cells import CPCell, from_name
+
+    cell = from_name(path)
+    if cell is None:
+        return {}
+    fields = {"mask": cell.mask, "direction": cell.direction, "dtype": cell.dtype}
+    if isinstance(cell, CPCell):
+        return {**fields, "kind": "cp", "strategy": cell.strategy, "cp_size": cell.cp_size,
+                "tokens_per_rank": cell.tokens_per_rank, "seqlen": cell.tokens_per_rank * cell.cp_size}
+    return {**fields, "kind": "kernel", "kernel": cell.kernel, "seqlen": cell.seqlen}
 
 
 # What building a table from Python values raises when a value does not fit its column's type.

@@ -22,7 +22,7 @@ from . import config as longca_config
 
 SNAKEFILE = Path(__file__).resolve().parent.parent / "Snakefile"
 CELL_RULES = {"kernel_cell": "kernel", "cp_cell": "cp"}
-STATES = ("cached", "missing", "stale")
+STATES = ("cached", "missing", "stale", "unreadable")
 _CELL_DIR = re.compile(r"^results/cells/(?:kernels|cp)/")
 # A dry run's job block: its output, then (a few lines on) why it runs.
 _JOB = re.compile(r"^\s*output: (results/cells/\S+\.json)\n(?:\s+\w+:.*\n)*?\s*reason: (.*)$", re.M)
@@ -34,7 +34,7 @@ _REPR = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 class Cell:
     path: str
     kind: str             # kernel, cp
-    state: str            # cached, missing, stale
+    state: str            # cached, missing, stale, unreadable (a row file that holds no JSON object)
     why: str = ""         # for a stale cell: settings changed (which keys), code changed, or Snakemake's words
 
     @property
@@ -120,21 +120,33 @@ def status(*, configfiles: list[str] = (), directory: str | None = None, config:
         for path, reason in _JOB.findall(_run(snakemake_command("-n", **common))):
             if path in stale:
                 stale[path].why = why_stale(reason)
+    for cell in cells:
+        if cell.state == "cached" and not _readable(Path(directory or ".") / cell.path):
+            cell.state, cell.why = "unreadable", "holds no JSON object: delete it and `snakemake all` measures it again"
     return Status(cells)
+
+
+def _readable(path: Path) -> bool:
+    """Whether a row file holds a JSON object (Snakemake counts any file as done)."""
+    try:
+        return isinstance(json.loads(path.read_text()), dict)
+    except (OSError, ValueError):
+        return False
 
 
 def format_status(result: Status, *, listing: bool = False) -> str:
     kinds = [k for k in ("kernel", "cp") if any(c.kind == k for c in result.cells)] or ["kernel"]
-    lines = [f"{'cells':8s}" + "".join(f"{k:>8s}" for k in kinds)]
+    width = max(map(len, STATES)) + 1
+    lines = [f"{'cells':{width}s}" + "".join(f"{k:>8s}" for k in kinds)]
     for state in STATES:
-        lines.append(f"{state:8s}" + "".join(f"{result.count(state, k):8d}" for k in kinds))
+        lines.append(f"{state:{width}s}" + "".join(f"{result.count(state, k):8d}" for k in kinds))
     # Per cause ("settings changed", "code changed", or Snakemake's words), each counted once per cell.
     causes = Counter(part.split(":")[0] for c in result.cells if c.state == "stale" for part in c.why.split("; "))
     if causes:
         lines.append("stale: " + ", ".join(f"{cause} {n}" for cause, n in causes.items()))
     todo = [c for c in result.cells if c.state != "cached"]
     if listing and todo:
-        lines += [""] + [f"{c.state:8s}{c.kind:8s}{c.name}" + (f"  ({c.why})" if c.why else "") for c in todo]
+        lines += [""] + [f"{c.state:{width}s}{c.kind:8s}{c.name}" + (f"  ({c.why})" if c.why else "") for c in todo]
     elif todo:
         lines.append("(longca status --list names them; `snakemake all` measures them)")
     return "\n".join(lines)

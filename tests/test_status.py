@@ -51,10 +51,20 @@ def test_a_fresh_grid_is_cached_where_measured_and_missing_elsewhere(grid):
     proc = status(grid, "--list")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0].split() == ["cells", "kernel", "cp"]
-    assert counts(proc.stdout) == {"cached": [1, 0], "missing": [1, 1], "stale": [0, 0]}
-    assert "missing kernel  sdpa_math/causal/float32_fwd_64" in proc.stdout
-    assert "missing cp      ring/causal/float32_fwd_32x2" in proc.stdout
+    assert counts(proc.stdout) == {"cached": [1, 0], "missing": [1, 1], "stale": [0, 0], "unreadable": [0, 0]}
+    assert "missing    kernel  sdpa_math/causal/float32_fwd_64" in proc.stdout
+    assert "missing    cp      ring/causal/float32_fwd_32x2" in proc.stdout
     assert "sdpa_math/full/" not in proc.stdout  # a cached cell is not listed
+
+
+def test_a_row_file_that_holds_no_json_is_unreadable_not_cached(grid, tmp_path):
+    work = tmp_path / "copy"
+    shutil.copytree(grid, work, symlinks=True)
+    (work / MEASURED).write_text('{"cell_id": ')
+    proc = status(work, "--list")
+    assert proc.returncode == 0, proc.stderr
+    assert counts(proc.stdout)["cached"] == [0, 0] and counts(proc.stdout)["unreadable"] == [1, 0]
+    assert "unreadable kernel  sdpa_math/full/float32_fwd_64  (holds no JSON object: delete it" in proc.stdout
 
 
 def test_changed_settings_make_the_cell_stale_and_say_which(grid, tmp_path):
@@ -63,9 +73,9 @@ def test_changed_settings_make_the_cell_stale_and_say_which(grid, tmp_path):
     write_config(run, {**CONFIG, "timing": {"warmup": 1, "reps": 3}})
     proc = status(run, "--list")
     assert proc.returncode == 0, proc.stderr
-    assert counts(proc.stdout) == {"cached": [0, 0], "missing": [1, 1], "stale": [1, 0]}
+    assert counts(proc.stdout) == {"cached": [0, 0], "missing": [1, 1], "stale": [1, 0], "unreadable": [0, 0]}
     assert "stale: settings changed 1" in proc.stdout
-    assert "stale   kernel  sdpa_math/full/float32_fwd_64  (settings changed: reps 2 → 3)" in proc.stdout
+    assert "stale      kernel  sdpa_math/full/float32_fwd_64  (settings changed: reps 2 → 3)" in proc.stdout
     # --config reaches Snakemake as it would from `snakemake --config`: the old value is cached again.
     proc = status(run, "--config", "timing={warmup: 1, reps: 2}")
     assert counts(proc.stdout)["cached"] == [1, 0], proc.stdout + proc.stderr
@@ -93,7 +103,7 @@ def test_changed_code_makes_the_cell_stale_and_says_so(grid, tmp_path):
         f.write("_CHANGED = 1\n")
     proc = status(run, "--list", checkout=checkout)
     assert proc.returncode == 0, proc.stderr
-    assert "stale   kernel  sdpa_math/full/float32_fwd_64  (code changed)" in proc.stdout
+    assert "stale      kernel  sdpa_math/full/float32_fwd_64  (code changed)" in proc.stdout
     write_config(run, {**CONFIG, "timing": {"warmup": 1, "reps": 3}})
     proc = status(run, "--list", checkout=checkout)
     assert "(settings changed: reps 2 → 3; code changed)" in proc.stdout

@@ -29,6 +29,17 @@ class ConfigError(ValueError):
     """A bad configuration; the message names the offending key."""
 
 
+def or_stop(make, *args):
+    """``make(*args)``, or, on a ConfigError, its message alone on stderr and exit status 1: what the
+    Snakefile calls, so a bad key reads as one message naming it, not as a traceback headed by the
+    line of the workflow that called the check (which reads like a bug in the workflow)."""
+    try:
+        return make(*args)
+    except ConfigError as exc:
+        sys.stderr.write(f"{exc}\n")
+        sys.exit(1)
+
+
 def _key_path(path) -> str:
     out = "config"
     for part in path:

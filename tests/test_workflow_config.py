@@ -72,6 +72,8 @@ def test_snakemake_stops_on_a_bad_option_before_any_job(tmp_path, bad, says):
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert all(s in out for s in says), out[-3000:]
+    # One message naming the key, not a traceback headed by the workflow's line that checked it.
+    assert "common.smk" not in out and "Traceback" not in out and 'File "' not in out, out[-3000:]
     assert not (tmp_path / "results").exists()
 
 

@@ -133,3 +133,13 @@ def partition_nodes(partition: str | None) -> list[tuple[int, int]]:
         if len(parts) == 2 and parts[0].isdigit() and parts[1].rstrip("+").isdigit():
             nodes.append((int(parts[0]), int(parts[1].rstrip("+"))))
     return nodes
+
+
+def require_fit(config: dict, cp_sizes, partition: str | None) -> None:
+    """Raise ConfigError (``partition_misfit``'s words) when no node of ``partition`` can hold the run's
+    largest job, as ``sinfo`` reports the nodes."""
+    from ..config import ConfigError
+
+    why = partition_misfit(config, cp_sizes, partition_nodes(partition), partition)
+    if why:
+        raise ConfigError(why)

@@ -11,7 +11,7 @@ from longca.execution.fingerprint import cp_fingerprint, kernel_fingerprint
 from longca.results import figure_captions
 
 # Validated before any job starts; a bad key stops here with a message naming it.
-CFG = longca_config.validate(config)
+CFG = longca_config.or_stop(longca_config.validate, config)
 KERNEL_CELLS = list(longca_config.kernel_cells(CFG))
 ALL_CP_CELLS = list(longca_config.cp_cells(CFG))
 MASK_NAMES = [entry.name for entry in longca_config.mask_entries(CFG)]
@@ -31,7 +31,7 @@ LIMIT_FLAGS = longca_config.cell_limits({**CFG, "isolation": ISOLATION})
 CP_TIMEOUT_S = CFG["limits"]["cell_timeout_s"]  # the CP cell's limit, likewise no part of its key
 # GPUs: here (or inside a cluster job), the devices this process sees; for a run that submits jobs,
 # each node's GPUs (the submit host needs none).
-GPUS = placement.gpus(CFG, PLACEMENT)
+GPUS = longca_config.or_stop(placement.gpus, CFG, PLACEMENT)
 if PLACEMENT == placement.LOCAL and GPUS and "gpu" not in workflow.global_resources:
     # One `gpu` per device unless `--resources gpu=N` says otherwise: cells that hold GPUs never
     # ask for more than this machine has.
@@ -48,11 +48,8 @@ KERNEL_ROW_FILES = [cell.path for cell in KERNEL_CELLS]
 SLURM_RESOURCES = longca_config.slurm_resources(CFG) if PLACEMENT != placement.LOCAL else {}
 # A job no node of the partition can hold would pend forever: stop now, naming the keys.
 if PLACEMENT == placement.SUBMITS_JOBS:
-    MISFIT = slurm_jobs.partition_misfit(CFG, sorted({c.cp_size for c in CP_CELLS}),
-                                         slurm_jobs.partition_nodes(SLURM_RESOURCES.get("slurm_partition")),
-                                         SLURM_RESOURCES.get("slurm_partition"))
-    if MISFIT:
-        raise longca_config.ConfigError(MISFIT)
+    longca_config.or_stop(slurm_jobs.require_fit, CFG, sorted({c.cp_size for c in CP_CELLS}),
+                          SLURM_RESOURCES.get("slurm_partition"))
 
 wildcard_constraints:
     seqlen=r"\d+",

@@ -61,7 +61,9 @@ onerror:
 
 onsuccess:
     from longca.execution import kept_rows
-    from longca.results import lost_cells
+    from longca.results import closing, lost_cells
 
     lost_cells.clear()  # every cell has its own row now: the stand-ins of an earlier failed run go
     kept_rows.release()  # and the copies kept for a rerun after a failed job
+    if (closing_line := closing.line("results")):  # the run's last line: where to look, what is there
+        print(closing_line, file=sys.stderr)

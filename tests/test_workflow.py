@@ -42,7 +42,15 @@ def finished_run(repo, tmp_path_factory):
     (workdir / "config.yaml").write_text(yaml.safe_dump(TINY))
     proc = snakemake(repo, workdir, "all")
     assert proc.returncode == 0, proc.stderr[-4000:]
+    (workdir / "snakemake.out").write_text(proc.stdout + proc.stderr)
     return workdir
+
+
+def test_the_run_ends_with_one_line_naming_the_report_and_the_counts(finished_run):
+    out = (finished_run / "snakemake.out").read_text().rstrip().splitlines()
+    closing = [line for line in out if line.startswith("LongCA: results/report.html")]
+    assert closing == ["LongCA: results/report.html · kernel cells 16 (16 ok) · CP cells 0"], out[-10:]
+    assert out.index(closing[0]) >= len(out) - 5  # at the end, after Snakemake's own lines
 
 
 def test_rows_are_measured_and_flops_follow_the_formula(finished_run):

@@ -354,3 +354,10 @@ def test_each_caption_has_one_source_for_both_reports():
         assert f'figure_captions.path("{figure}")' in rules, figure
     with pytest.raises(KeyError, match="no caption for figure 'nope'"):
         figure_captions.path("nope")
+
+
+def test_a_cpu_report_says_its_timings_are_indicative_and_a_gpu_report_does_not(tmp_path):
+    cpu = report.render(rd.kernels_df(device="cpu"), tmp_path / "cpu.html").read_text()
+    gpu = report.render(rd.kernels_df(), tmp_path / "gpu.html").read_text()
+    assert 'class="note cpu-indicative"' in cpu and "read them as indicative" in cpu
+    assert "cpu-indicative" not in gpu

@@ -429,6 +429,9 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
         cp_figs.append(entry)
 
     devices = sorted({fmt_text(v) for v in kernels.get("device_name", pd.Series(dtype=object)).dropna()})
+    # Every row on a CPU (kernels and CP): the first screen says how far such timings go.
+    kinds = set(kernels.get("device", pd.Series(dtype=object)).dropna()) | set(cp.get("device", pd.Series(dtype=object)).dropna())
+    cpu_only = kinds == {"cpu"}
 
     # Methodology values taken from the rows themselves.
     areas = tables.mask_areas(kernels)
@@ -462,6 +465,7 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
         "cp_statuses": tables.status_counts(cp, unknown=False),
         "markers": [(m, s, STATUS_LABELS[s]) for s, m in STATUS_MARKERS.items()],
         "devices": devices,
+        "cpu_only": cpu_only,
         "masks": masks,
         "by_seqlen": by_seqlen, "tie_margin": tie_margin, "unsteady_spread": tables.UNSTEADY_SPREAD,
         "kernel_combos": kernel_combos, "best_kernels": tables.answer_grid(best_k, ["mask"], kernel_combos),

@@ -29,6 +29,29 @@ class ConfigError(ValueError):
     """A bad configuration; the message names the offending key."""
 
 
+# From this length a float64 reference of the whole problem is what the gate would cost.
+LONG_GATE = 8192
+
+
+def implausible(config: dict, cores: int) -> list[str]:
+    """What this machine can run but hardly as configured: said before the run starts, not an error.
+
+    * CP cells on the CPU start ``cp_size`` gloo ranks here: far more ranks than cores share them;
+    * a ``gate_seqlen`` above every length, when the lengths are long (``LONG_GATE`` and up), checks
+      each cell at its own length: a float64 reference of the whole problem, not a short copy."""
+    out = []
+    if config["device"] == "cpu" and config["cp_strategies"]:
+        crowded = sorted(n for n in config["cp_sizes"] if n > 2 * max(cores, 1))
+        if crowded:
+            out.append(f"config.cp_sizes {crowded}: each CP cell starts that many ranks on this machine's {cores} "
+                       f"cores; expect them to be slow and their timings to say little")
+    if config["gate_seqlen"] > max(config["seqlens"]) >= LONG_GATE:
+        out.append(f"config.gate_seqlen {config['gate_seqlen']} is above every seqlen (largest "
+                   f"{max(config['seqlens'])}): each cell is checked at its own length, against a float64 "
+                   f"reference of the whole problem")
+    return out
+
+
 def or_stop(make, *args):
     """``make(*args)``, or, on a ConfigError, its message alone on stderr and exit status 1: what the
     Snakefile calls, so a bad key reads as one message naming it, not as a traceback headed by the

@@ -217,3 +217,15 @@ def test_a_cp_mask_that_is_no_mask_at_all_is_named():
     with pytest.raises(ConfigError, match=r"config.cp_masks\[1\]: 'casual' is not one of config.masks "
                                           r"\(causal, full\) nor a mask pattern"):
         validate({**CP, "cp_masks": ["causal", "casual"]})
+
+
+def test_what_the_machine_can_hardly_run_is_said_before_the_run():
+    from longca.config import implausible
+
+    cfg = validate({**BASE, "seqlens": [8192], "cp_strategies": ["ring"], "cp_sizes": [2, 64], "gate_seqlen": 16384})
+    said = implausible(cfg, cores=2)
+    assert any(w.startswith("config.cp_sizes [64]: each CP cell starts that many ranks on this machine's 2 cores")
+               for w in said), said
+    assert any(w.startswith("config.gate_seqlen 16384 is above every seqlen") for w in said), said
+    # Short lengths under the default gate length, and CP sizes the cores can hold: nothing to say.
+    assert implausible(validate({**BASE, "cp_strategies": ["ring"], "cp_sizes": [2]}), cores=2) == []

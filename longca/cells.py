@@ -82,18 +82,16 @@ def cell_name(path: str) -> str:
     return path.removeprefix(KERNEL_FILE.split("{")[0]).removesuffix(".json")
 
 
-_NAME_RE = re.compile(r"(?P<first>[^/]+)/(?P<mask>[^/]+)/(?P<dtype>[^_/]+)_(?P<direction>fwd|bwd)_"
-                      r"(?:(?P<tokens>\d+)x(?P<cp_size>\d+)|(?P<seqlen>\d+))")
+# The name's last three path components (a row file's folders come before them).
+_NAME_RE = re.compile(r"(?:^|/)(?P<first>[^/]+)/(?P<mask>[^/]+)/(?P<dtype>[^_/]+)_(?P<direction>fwd|bwd)_"
+                      r"(?:(?P<tokens>\d+)x(?P<cp_size>\d+)|(?P<seqlen>\d+))$")
 
 
 def from_name(name: str) -> KernelCell | CPCell | None:
     """The cell a name (or a row file's path) spells, or None: what a row that cannot be read still
     says about its cell."""
-    name = name.removesuffix(".json")
-    match = None
-    for match in _NAME_RE.finditer(name):
-        pass  # the last match: a path's folders come first
-    if match is None or not name.endswith(match.group(0)):
+    match = _NAME_RE.search(name.removesuffix(".json"))
+    if match is None:
         return None
     g = match.groupdict()
     if g["tokens"] is not None:

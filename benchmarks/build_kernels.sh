@@ -37,7 +37,9 @@
 #        flex_flash_attn_func's kernels are JIT-built at first call unless magi_attention/lib/<uri>/<uri>.so
 #        exists (JitSpec.build_and_load checks that AOT dir first): the two variants that a default call
 #        with bf16 q/k/v, head dim 128 asks for (fwd: out fp32, atomic, 128x128 tiles; bwd: dq/dk/dv fp32,
-#        atomic) are compiled there for sm_90a (JIT flags, via MagiAttention's own JitSpec), + magi_attn_ext
+#        atomic) and their non-atomic twins (MagiAttention's distributed attention, LongCA's `magi` CP
+#        strategy, asks for those where ranges do not overlap) are compiled there for sm_90a (JIT flags,
+#        via MagiAttention's own JitSpec), + magi_attn_ext
 #        (upstream CMake; here torch cpp_extension, same sources and flags, sm_90, + -fopenmp).  The
 #        forward mainloop's lambdas are marked always_inline (inline_ffa_fwd_lambdas says why).  No
 #        magi_attn_comm (NVSHMEM group collectives, only for distributed attention).  Packed as a wheel
@@ -246,7 +248,7 @@ write_ffa_tools() {  # $1: dir for ffa_aot.py and build_ext.py
   cat > "$1/ffa_aot.py" <<'EOF'
 # Render + compile FFA JIT variants into magi_attention/lib/<uri>/<uri>.so (the AOT dir that
 # JitSpec.build_and_load loads before it would compile), with MagiAttention's own JitSpec and flags.
-# No GPU needed; magi_attn_ext is stubbed (used only in profile mode).  usage: ffa_aot.py SRC fwd bwd
+# No GPU needed; magi_attn_ext is stubbed (used only in profile mode).  usage: ffa_aot.py SRC VARIANT...
 import sys, types, shutil, pathlib, time
 src = pathlib.Path(sys.argv[1]).resolve()
 def stub(name, path=None):
@@ -265,6 +267,10 @@ cfg = {"fwd": dict(direction="fwd", head_dim=128, compute_dtype=bf16, output_dty
                    disable_atomic_reduction=False, deterministic=False),
        "bwd": dict(direction="bwd", head_dim=128, compute_dtype=bf16, output_dtype=None, softcap=False,
                    disable_atomic_reduction=False, deterministic=False, dq_dtype=f32, dkv_dtype=f32)}
+# what MagiAttention's distributed attention (LongCA's `magi` CP strategy) asks for besides: a stage whose
+# query (key) ranges do not overlap writes its output (dK/dV) without atomics, still in float32
+cfg["fwd_plain"] = {**cfg["fwd"], "disable_atomic_reduction": True}
+cfg["bwd_plain"] = {**cfg["bwd"], "disable_atomic_reduction": True}
 for d in sys.argv[2:]:
     spec, uri = J.get_ffa_jit_spec(arch=(9, 0), **cfg[d])
     t0 = time.time(); spec.build()
@@ -326,7 +332,7 @@ build_ffa() {
   ( cd "$d" &&
     TORCH_CUDA_ARCH_LIST=9.0 $NICE "$PY" tools/build_ext.py "$s" "$d/ext-build" > "$d/build_ext.log" 2>&1 &&
     TORCH_CUDA_ARCH_LIST=9.0a NVCC_THREADS=1 MAGI_ATTENTION_WORKSPACE_BASE=$d/ws \
-      $NICE "$PY" tools/ffa_aot.py "$s" fwd bwd > "$d/build.log" 2>&1 ) ||
+      $NICE "$PY" tools/ffa_aot.py "$s" fwd bwd fwd_plain bwd_plain > "$d/build.log" 2>&1 ) ||
     { tail -40 "$d/build_ext.log" "$d/build.log" 2>/dev/null; exit 1; }
   # wheel: the Python package + magi_attn_ext + lib/<uri>/<uri>.so + the jinja templates (read at every
   # call); without CUTLASS, grpcoll sources and the upstream CMake build folder

@@ -246,6 +246,33 @@ def _cp_strategies(args: argparse.Namespace) -> int:
     return 0
 
 
+def _predict(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from .results import cp_model
+
+    try:
+        cp, kernels = pd.read_parquet(args.cp), pd.read_parquet(args.kernels)
+        model, table = cp_model.predictions(cp, kernels, args.strategies, args.mask, args.direction,
+                                            args.tokens_per_rank, args.cp_sizes, args.gpus_per_node,
+                                            args.network_gbs, args.nvlink_gbs)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"longca predict: {exc}", file=sys.stderr)
+        return 2
+    print(f"# predicted, not measured: {args.mask} {args.direction}, {args.tokens_per_rank} tokens per GPU; "
+          f"NVLink {model.links.nvlink_gbs:.0f} GB/s (fitted on {args.cp}), network {args.network_gbs:g} GB/s "
+          f"per GPU, {args.gpus_per_node} GPUs per node; step = compute + waited transfers + "
+          "max(0, overlapped transfers - compute)")
+    print("strategy      cp  TFLOPs/s/GPU  compute ms  exposed comm ms  sent MiB")
+    for r in table.itertuples():
+        if r.tflops_per_gpu is None or pd.isna(r.tflops_per_gpu):
+            print(f"{r.strategy:12s} {r.cp_size:3d}  not modelled: {r.why}")
+        else:
+            print(f"{r.strategy:12s} {r.cp_size:3d}  {r.tflops_per_gpu:12.0f}  {r.compute_ms:10.3f}  "
+                  f"{r.exposed_comm_ms:15.3f}  {r.sent_bytes / 2**20:8.0f}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -355,6 +382,21 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--heads-kv", type=int, default=2)
     chk.add_argument("--head-dim", type=int, default=64)
     chk.set_defaults(func=_check)
+
+    pr = sub.add_parser("predict", help="a CP strategy's per-GPU TFLOPs/s at GPU counts not measured, from a "
+                                        "measured CP table and the kernel table of the same GPU (a model)")
+    pr.add_argument("--cp", required=True, help="a measured cp.parquet (fits the model)")
+    pr.add_argument("--kernels", required=True, help="the kernels.parquet of the same GPU model")
+    pr.add_argument("--strategies", nargs="+", default=["ring", "allgather", "ulysses", "usp", "double_ring"])
+    pr.add_argument("--mask", default="causal")
+    pr.add_argument("--direction", choices=("fwd", "bwd"), default="fwd")
+    pr.add_argument("--tokens-per-rank", type=int, default=8192)
+    pr.add_argument("--cp-sizes", type=int, nargs="+", default=[8, 16, 32, 64, 96])
+    pr.add_argument("--gpus-per-node", type=int, default=8)
+    pr.add_argument("--network-gbs", type=float, default=50.0,
+                    help="network GB/s per GPU across nodes (default 50: 8 × 400 Gb/s per 8-GPU node)")
+    pr.add_argument("--nvlink-gbs", type=float, default=None, help="default: fitted on the measured table")
+    pr.set_defaults(func=_predict)
 
     agg = sub.add_parser("aggregate", help="cell JSON rows -> Parquet table")
     agg.add_argument("--out", required=True)

@@ -1,0 +1,91 @@
+"""``longca predict``'s model (longca/results/cp_model.py) against the published CP tables: its byte
+formulas are what the strategies counted, it reproduces the cp_size-1 rows it was fitted on, its
+published check page is what benchmarks/cp_model_check.py prints, and the command refuses what it
+cannot model with a message."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from longca.results import cp_model
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "docs" / "results"
+TABLES = [("cp_4xh100_graphs_2026-11-27", "h100_2026-11-23"), ("cp_2xh200_2026-11-27", "h200_2026-11-23")]
+
+
+@pytest.mark.parametrize("cp_dir, kernel_dir", TABLES)
+def test_the_byte_formulas_are_what_each_strategy_sent(cp_dir, kernel_dir):
+    cp = pd.read_parquet(RESULTS / cp_dir / "cp.parquet")
+    checked = 0
+    for row in cp[(cp["status"] == "ok") & (cp["cp_size"] > 1)].itertuples():
+        sent = cp_model.sent_bytes(row.strategy, row.direction, row.cp_size, row.tokens_per_rank, row.heads_q,
+                                   row.heads_kv, row.head_dim)
+        if sent is None:
+            continue
+        checked += 1
+        # A document mask's row adds a few KiB of range metadata to the K/V shards.
+        assert sent["overlap"] + sent["wait"] == pytest.approx(row.comm_bytes, rel=1e-3), row.cell_id
+    assert checked >= 100
+
+
+def test_ulysses_replicates_kv_heads_beyond_the_kv_head_count():
+    q, kv = cp_model.shard_bytes(1024, 64, 8, 128)
+    at8 = cp_model.sent_bytes("ulysses", "fwd", 8, 1024, 64, 8, 128)["wait"]
+    at16 = cp_model.sent_bytes("ulysses", "fwd", 16, 1024, 64, 8, 128)["wait"]
+    assert at8 == pytest.approx(7 / 8 * (2 * q + kv))
+    assert at16 == pytest.approx(15 / 16 * (2 * q + 2 * kv))
+
+
+def test_a_ring_across_nodes_goes_at_the_networks_speed():
+    links = cp_model.Links(nvlink_gbs=200.0, gpus_per_node=8, network_gbs=50.0)
+    assert cp_model.comm_seconds(1e9, 8, links, "ring") == pytest.approx(1 / 200)
+    assert cp_model.comm_seconds(1e9, 16, links, "ring") == pytest.approx(1 / 50)
+    # An all-to-all over 16 ranks: 8 of 15 peers are outside the node.
+    assert cp_model.comm_seconds(1e9, 16, links, "a2a") == pytest.approx(8 / 15 / 50)
+
+
+def test_the_model_reproduces_the_cp_size_1_rows_it_was_fitted_on():
+    cp = pd.read_parquet(RESULTS / "cp_2xh200_2026-11-27" / "cp.parquet")
+    kernels = pd.read_parquet(RESULTS / "h200_2026-11-23" / "kernels.parquet")
+    model = cp_model.fit(cp, kernels, cp["cp_size"] > 1)
+    one = cp[(cp["status"] == "ok") & (cp["cp_size"] == 1) & (cp["strategy"] == "ring")]
+    # One row per (mask, direction, length); the efficiency is the median over the lengths, so a mask
+    # measured at two lengths is reproduced within their spread, not exactly.
+    errors = [model.predict(cp_model.Cell.from_row(r)) / r.tflops_per_gpu - 1 for r in one.itertuples()]
+    assert len(errors) >= 12 and max(abs(e) for e in errors) < 0.15
+    assert model.predict(cp_model.Cell.from_row(cp[(cp["strategy"] == "magi") & (cp["status"] == "ok")].iloc[0])) is None
+
+
+def test_the_published_check_page_is_what_the_check_prints():
+    out = subprocess.run([sys.executable, "benchmarks/cp_model_check.py"], capture_output=True, text=True,
+                         cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() in (RESULTS / "cp_model_2026-11-27.md").read_text()
+
+
+def _predict(*args):
+    return subprocess.run([sys.executable, "-m", "longca", "predict",
+                           "--cp", str(RESULTS / "cp_4xh100_graphs_2026-11-27" / "cp.parquet"),
+                           "--kernels", str(RESULTS / "h100_2026-11-23" / "kernels.parquet"), *args],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+
+
+def test_predict_prints_a_row_per_strategy_and_size_and_refuses_what_it_cannot_model():
+    out = _predict("--mask", "causal", "--cp-sizes", "8", "64", "--strategies", "ring", "ulysses", "magi")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("# predicted, not measured")
+    rows = [line.split() for line in lines[2:]]
+    assert [(r[0], r[1]) for r in rows] == [(s, p) for p in ("8", "64") for s in ("ring", "ulysses", "magi")]
+    assert all(float(r[2]) > 0 for r in rows if r[0] != "magi")
+    assert all("not modelled" in " ".join(r) for r in rows if r[0] == "magi")
+    bad = _predict("--mask", "nope")
+    assert bad.returncode == 2 and "mask 'nope'" in bad.stderr and "Traceback" not in bad.stderr
+    bad = _predict("--strategies", "warp_drive")
+    assert bad.returncode == 2 and "'warp_drive'" in bad.stderr

@@ -44,7 +44,8 @@ def held_out_section(name, cp_dir, kernel_dir, fit_rows, check_rows, what) -> li
     checked = cp_model.held_out(model, cp, check_rows(cp) & (cp["cp_size"] > 1))
     agree, total = cp_model.ranking_agreement(checked)
     lines = [f"### {name}: {what}", "",
-             f"Fitted NVLink bandwidth {model.links.nvlink_gbs:.0f} GB/s; {len(fitted)} rows fitted on (median "
+             f"Fitted: NVLink {model.links.nvlink_gbs:.0f} GB/s, {model.call_s * 1e6:.0f} µs per local call, "
+             f"{model.row_s * 1e9:.0f} ns per query row a call reduces into; {len(fitted)} rows fitted on (median "
              f"|error| {_median_abs(fitted['error'])}), **{len(checked)} held-out rows: median |error| "
              f"{_median_abs(checked['error'])}**, 90th percentile {checked['error'].abs().quantile(0.9) * 100:.0f} %; "
              f"the predicted best strategy is the measured best or tied (5 %) in **{agree} of {total}** "

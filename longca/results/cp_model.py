@@ -26,6 +26,8 @@ backward) are predicted as ``None`` with the reason.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import math
 from dataclasses import dataclass
@@ -35,12 +37,60 @@ import numpy as np
 import pandas as pd
 
 from ..attention import masks
-from ..attention.flops import attention_flops
+from ..attention.flops import DIRECTION_FACTOR, attention_flops
+from ..attention.masks import AttnMask, AttnSlice
+from ..cp import layout as layouts
+from ..cp.allgather import _complement
+from ..cp.blocks import restrict
+from ..cp.sequence_parallel import divisor_at_most
+
+# The local kernel's tile (FFA's forward: 128 queries × 128 keys): a call costs the tiles it touches.
+TILE = 128
 
 
-def _ulysses_degree(p: int) -> int:
-    """usp's default inner degree: the largest divisor of ``p`` not above √p (``longca/cp/usp.py``)."""
-    return max(d for d in range(1, int(math.isqrt(p)) + 1) if p % d == 0)
+def slice_tiles(s: AttnSlice) -> int:
+    """The TILE × TILE (query, key) tiles one slice touches, tiled from its own corner as FFA tiles
+    each range: per query tile, the key tiles between its first row's first key and its last row's
+    last key (both ends are non-decreasing in the row)."""
+    q0 = np.arange(s.q_start, s.q_end, TILE)
+    q1 = np.minimum(q0 + TILE, s.q_end) - 1
+    lo, _ = s.key_bounds(q0)
+    _, hi = s.key_bounds(q1)
+    live = hi > lo
+    first = (lo[live] - s.k_start) // TILE
+    last = -(-(hi[live] - s.k_start) // TILE)
+    return int((last - first).sum())
+
+
+def tiles(slices) -> tuple[int, int]:
+    """A call's (tiles touched, query rows summed over its slices: the output rows it reduces into)."""
+    slices = list(slices)
+    return sum(slice_tiles(s) for s in slices), sum(s.q_end - s.q_start for s in slices if s.area())
+
+
+def rank_blocks(strategy: str, mask: AttnMask, p: int) -> tuple[tuple[float, float], ...]:
+    """The slowest rank's local calls in step order, each as (tiles touched, query rows reduced), per
+    query head group: a ring member's blocks in ring order (its own first, then what each hop
+    brings; Ulysses' degree divides them among its ranks), the all-gather's own block and then the
+    rest in sequence order, Ulysses' one block.  Ranks sampled: first, middle, last (the layouts
+    balance them)."""
+    if strategy == "allgather":
+        layout = layouts.build("auto", mask, p)
+        candidates = []
+        for r in sorted({0, p // 2, p - 1}):
+            mine = layout.shards[r]
+            candidates.append((tiles(restrict(mask, mine, mine)),
+                               tiles(restrict(mask, mine, _complement(mine, mask.seqlen_k)))))
+    else:
+        u = {"ulysses": p, "usp": divisor_at_most(p, p ** 0.5)}.get(strategy, 1)
+        ring = p // u
+        layout = layouts.build("contiguous" if ring == 1 else "auto", mask, p)
+
+        def member(i):
+            return layout.concatenated(range(i * u, (i + 1) * u))
+        candidates = [tuple(tuple(x / u for x in tiles(restrict(mask, member(me), member((me - s) % ring))))
+                            for s in range(ring)) for me in sorted({0, ring // 2, ring - 1})]
+    return max(candidates, key=lambda steps: sum(t for t, _ in steps))
 
 
 def _a2a(p: int, q: float, kv: float, heads_kv: int) -> float:
@@ -62,7 +112,7 @@ class Traffic:
 
 def _usp(direction: str):
     def bytes_(p, q, kv, hkv):
-        u = _ulysses_degree(p)
+        u = divisor_at_most(p, p ** 0.5)  # usp's default degree
         r = p // u
         ring = (r - 1) * kv if direction == "fwd" else (3 * r - 1) * kv if r > 1 else 0.0
         return {"wait": _a2a(u, q, kv, hkv) if u > 1 else 0.0, "overlap": ring}
@@ -126,22 +176,17 @@ def comm_seconds(nbytes: float, p: int, links: Links, pattern: str) -> float:
     return max(nbytes * (1 - outside) / (links.nvlink_gbs * 1e9), nbytes * outside / (links.network_gbs * 1e9))
 
 
-class KernelRates:
-    """The local kernel's TFLOPs/s per (mask, direction) at each length of a kernel table."""
-
-    def __init__(self, kernels: pd.DataFrame, kernel: str = "ffa"):
-        ok = kernels[(kernels["status"] == "ok") & (kernels["kernel"] == kernel)]
-        self.kernel = kernel
-        self.rates = {(m, d): g.groupby("seqlen")["tflops"].median().sort_index()
-                      for (m, d), g in ok.groupby(["mask", "direction"])}
-
-    def at(self, mask: str, direction: str, seqlen: int) -> float:
-        """The rate at ``seqlen``, interpolated in log length; held flat beyond the table's ends."""
-        series = self.rates.get((mask, direction))
-        if series is None:
-            raise KeyError(f"the kernel table has no ok {self.kernel} row for {mask} {direction}")
-        x = np.log2(series.index.to_numpy(dtype=float))
-        return float(np.interp(math.log2(seqlen), x, series.to_numpy(dtype=float)))
+def tile_seconds(kernels: pd.DataFrame, direction: str, heads_q: int, head_dim: int, kernel: str = "ffa",
+                 reference: int = 32768) -> float:
+    """What one full tile costs the local kernel: its FLOPs at the kernel's rate on the full mask at
+    ``reference`` tokens in the kernel table (a length where the rate has stopped growing)."""
+    ok = kernels[(kernels["status"] == "ok") & (kernels["kernel"] == kernel) & (kernels["mask"] == "full")
+                 & (kernels["direction"] == direction)]
+    if ok.empty:
+        raise KeyError(f"the kernel table has no ok {kernel} row on the full mask {direction}")
+    near = ok.iloc[(ok["seqlen"] - reference).abs().argsort()[:1]]["seqlen"].iloc[0]
+    rate = ok[ok["seqlen"] == near]["tflops"].median()
+    return DIRECTION_FACTOR[direction] * 4.0 * TILE * TILE * heads_q * head_dim / (rate * 1e12)
 
 
 @dataclass(frozen=True)
@@ -151,7 +196,8 @@ class Cell:
     direction: str
     tokens_per_rank: int
     cp_size: int
-    flops: float
+    mask_params: str = "{}"
+    seed: int = 1
     heads_q: int = 64
     heads_kv: int = 8
     head_dim: int = 128
@@ -159,26 +205,66 @@ class Cell:
     @classmethod
     def from_row(cls, row) -> "Cell":
         return cls(row.strategy, row.mask, row.direction, int(row.tokens_per_rank), int(row.cp_size),
-                   float(row.flops), int(row.heads_q), int(row.heads_kv), int(row.head_dim))
+                   row.mask_params if isinstance(row.mask_params, str) else "{}", int(row.seed),
+                   int(row.heads_q), int(row.heads_kv), int(row.head_dim))
 
-    @classmethod
-    def planned(cls, strategy: str, mask: str, direction: str, tokens_per_rank: int, cp_size: int,
-                mask_params: Optional[dict] = None, seed: int = 1, heads_q: int = 64, heads_kv: int = 8,
-                head_dim: int = 128) -> "Cell":
-        """A cell not measured: its FLOPs from the mask built at the total length."""
-        built = masks.build(mask, tokens_per_rank * cp_size, seed=seed, **(mask_params or {}))
-        return cls(strategy, mask, direction, tokens_per_rank, cp_size,
-                   attention_flops(built, heads_q, head_dim, direction), heads_q, heads_kv, head_dim)
+    def built(self, cp_size: Optional[int] = None) -> AttnMask:
+        """The mask at the total length (``cp_size`` ranks' tokens, default the cell's)."""
+        return _mask(self.mask, self.tokens_per_rank * (cp_size or self.cp_size), self.mask_params, self.seed)
+
+    @property
+    def flops(self) -> float:
+        return attention_flops(self.built(), self.heads_q, self.head_dim, self.direction)
+
+
+@functools.lru_cache(maxsize=None)
+def _mask(name: str, seqlen: int, params: str, seed: int) -> AttnMask:
+    return masks.build(name, seqlen, seed=seed, **json.loads(params))
+
+
+@functools.lru_cache(maxsize=None)
+def _rank_blocks(strategy: str, name: str, seqlen: int, params: str, seed: int, p: int):
+    return rank_blocks(strategy, _mask(name, seqlen, params, seed), p)
+
+
+def cell_blocks(cell: Cell) -> tuple[tuple[float, float], ...]:
+    p = cell.cp_size
+    return _rank_blocks(cell.strategy, cell.mask, cell.tokens_per_rank * p, cell.mask_params, cell.seed, p)
+
+
+def step_seconds(blocks: list[float], overlapped: float, waited: float) -> float:
+    """One step from its blocks' compute times: each transfer overlaps the block computed while it is
+    in flight (a ring's hop the block before it; the all-gather the rank's own block), so a step is
+    waited transfers + Σ over blocks but the last of max(block, its share of the overlapped
+    transfers) + the last block."""
+    if len(blocks) == 1:
+        return waited + blocks[0] + overlapped
+    hop = overlapped / (len(blocks) - 1)
+    return waited + sum(max(b, hop) for b in blocks[:-1]) + blocks[-1]
 
 
 @dataclass
 class Model:
-    """``efficiency[(strategy, mask, direction)]`` and the links; ``predict`` gives per-GPU TFLOPs/s and
-    the parts of the step, or the reason it cannot."""
+    """What one tile costs per direction, each strategy's efficiency on a mask at a length, and the
+    links; ``step`` gives per-GPU TFLOPs/s and the parts of the step, or the reason it cannot."""
 
-    rates: KernelRates
-    efficiency: dict[tuple[str, str, str], float]
+    tile_s: dict[str, float]
+    efficiency: dict[tuple[str, str, str], dict[int, float]]
     links: Links
+    call_s: float = 0.0  # what each local call costs beyond its tiles (launch, a persistent kernel's tail)
+    row_s: float = 0.0   # what each query row a call reduces into costs (float32 output read and written)
+
+    def block_seconds(self, block, direction: str, e: float) -> float:
+        """An empty block is skipped, not called (as the strategies do)."""
+        tiles_, rows = block
+        return tiles_ * self.tile_s[direction] / e + rows * self.row_s + self.call_s if tiles_ else 0.0
+
+    def _efficiency(self, cell: Cell) -> Optional[float]:
+        """At the cell's tokens per rank, or the nearest length measured at cp_size 1."""
+        by_length = self.efficiency.get((cell.strategy, cell.mask, cell.direction))
+        if not by_length:
+            return None
+        return by_length[min(by_length, key=lambda t: abs(math.log2(t / cell.tokens_per_rank)))]
 
     def step(self, cell: Cell) -> dict:
         why = NOT_MODELLED.get(cell.strategy)
@@ -186,56 +272,61 @@ class Model:
                                            cell.heads_q, cell.heads_kv, cell.head_dim)
         if sent is None:
             return {"tflops_per_gpu": None, "why": why or f"{cell.strategy} {cell.direction}'s bytes are not modelled"}
-        e = self.efficiency.get((cell.strategy, cell.mask, cell.direction))
+        e = self._efficiency(cell)
         if e is None:
             return {"tflops_per_gpu": None,
                     "why": f"no cp_size-1 row to fit {cell.strategy} {cell.mask} {cell.direction}"}
-        length = cell.tokens_per_rank * (cell.cp_size if BYTES[cell.strategy].calls_at == "total" else 1)
-        rate = self.rates.at(cell.mask, cell.direction, length) * e
-        compute = cell.flops / cell.cp_size / (rate * 1e12)
+        blocks = [self.block_seconds(b, cell.direction, e) for b in cell_blocks(cell)]
         overlap = comm_seconds(sent["overlap"], cell.cp_size, self.links, "ring")
         wait = comm_seconds(sent["wait"], cell.cp_size, self.links, "a2a")
-        exposed = wait + max(0.0, overlap - compute)
-        seconds = compute + exposed
+        seconds = step_seconds(blocks, overlap, wait)
+        compute = sum(blocks)
         return {"tflops_per_gpu": cell.flops / cell.cp_size / seconds / 1e12, "compute_ms": compute * 1e3,
-                "exposed_comm_ms": exposed * 1e3, "sent_bytes": sent["overlap"] + sent["wait"],
-                "formula": "compute + wait + max(0, overlapped transfer - compute)", "why": None}
+                "exposed_comm_ms": (seconds - compute) * 1e3, "sent_bytes": sent["overlap"] + sent["wait"],
+                "tiles": sum(t for t, _ in cell_blocks(cell)), "why": None}
 
     def predict(self, cell: Cell) -> Optional[float]:
         return self.step(cell)["tflops_per_gpu"]
 
 
-def fit_efficiency(cp: pd.DataFrame, rates: KernelRates) -> dict[tuple[str, str, str], float]:
-    """Each strategy's median ratio, over its cp_size-1 rows of a mask, of its TFLOPs/s to the local
-    kernel's at the same length."""
-    one = cp[(cp["status"] == "ok") & (cp["cp_size"] == 1)]
-    ratios: dict[tuple[str, str, str], list[float]] = {}
+def fit_efficiency(cp: pd.DataFrame, tile_s: dict[str, float], call_s: float = 0.0, row_s: float = 0.0
+                   ) -> dict[tuple[str, str, str], dict[int, float]]:
+    """Each strategy's cp_size-1 rows: the tile model's time for the mask over the measured time less
+    one call's cost, per mask, direction and length (at cp_size 1 nothing moves and the rank makes
+    one call: this is the local attention's own efficiency, fragments and merges included)."""
+    one = cp[(cp["status"] == "ok") & (cp["cp_size"] == 1) & cp["strategy"].isin(list(BYTES))]
+    out: dict[tuple[str, str, str], dict[int, float]] = {}
     for row in one.itertuples():
-        try:
-            ratios.setdefault((row.strategy, row.mask, row.direction), []).append(
-                row.tflops_per_gpu / rates.at(row.mask, row.direction, int(row.seqlen)))
-        except KeyError:
-            continue
-    return {k: float(np.median(v)) for k, v in ratios.items()}
+        cell = Cell.from_row(row)
+        blocks = cell_blocks(cell)
+        fixed = sum(rows * row_s + call_s for t, rows in blocks if t)
+        work = max(row.median_ms * 1e-3 - fixed, 1e-6)
+        out.setdefault((row.strategy, row.mask, row.direction), {})[int(row.tokens_per_rank)] = (
+            sum(t for t, _ in blocks) * tile_s[row.direction] / work)
+    return out
 
 
 def fit(cp: pd.DataFrame, kernels: pd.DataFrame, fit_rows: pd.Series, gpus_per_node: int = 8,
         network_gbs: float = 50.0) -> Model:
-    """The model fitted on ``cp[fit_rows]`` (cp_size > 1 rows fit the bandwidth; the cp_size-1 rows
-    of the whole table fit the efficiencies: they move no byte)."""
-    rates = KernelRates(kernels)
-    efficiency = fit_efficiency(cp, rates)
+    """The model fitted on ``cp[fit_rows]``: the per-call cost and the NVLink bandwidth on its
+    cp_size > 1 rows (a grid: the error is not smooth in them, max() terms), the efficiencies on the
+    cp_size-1 rows of the whole table (they move no byte)."""
+    first = cp.iloc[0]
+    tile_s = {d: tile_seconds(kernels, d, int(first["heads_q"]), int(first["head_dim"])) for d in ("fwd", "bwd")}
     train = cp[fit_rows & (cp["status"] == "ok") & (cp["cp_size"] > 1)]
     cells = [Cell.from_row(r) for r in train.itertuples()]
     measured = train["tflops_per_gpu"].to_numpy()
     best, best_err = None, math.inf
-    for gbs in np.geomspace(20, 2000, 121):  # a grid: the error is not smooth in B (max() terms)
-        model = Model(rates, efficiency, Links(float(gbs), gpus_per_node, network_gbs))
-        pred = [model.predict(c) for c in cells]
-        errs = [abs(p / m - 1) for p, m in zip(pred, measured) if p is not None]
-        err = float(np.median(errs)) if errs else math.inf
-        if err < best_err:
-            best, best_err = model, err
+    for call_us, row_ns in itertools.product((0, 40, 80, 160, 320), (0, 8, 16, 32, 48, 64)):
+        efficiency = fit_efficiency(cp, tile_s, call_us * 1e-6, row_ns * 1e-9)
+        for gbs in np.geomspace(20, 2000, 41):
+            model = Model(tile_s, efficiency, Links(float(gbs), gpus_per_node, network_gbs), call_us * 1e-6,
+                          row_ns * 1e-9)
+            pred = [model.predict(c) for c in cells]
+            errs = [abs(p / m - 1) for p, m in zip(pred, measured) if p is not None]
+            err = float(np.median(errs)) if errs else math.inf
+            if err < best_err:
+                best, best_err = model, err
     return best
 
 
@@ -264,16 +355,14 @@ def ranking_agreement(checked: pd.DataFrame, tie: float = 0.05) -> tuple[int, in
     return agree, total
 
 
-def params_of(row) -> dict:
-    return json.loads(row.mask_params) if isinstance(row.mask_params, str) else {}
 
 
 def predictions(cp: pd.DataFrame, kernels: pd.DataFrame, strategies: list[str], mask: str, direction: str,
                 tokens_per_rank: int, cp_sizes: list[int], gpus_per_node: int = 8, network_gbs: float = 50.0,
                 nvlink_gbs: Optional[float] = None) -> tuple[Model, pd.DataFrame]:
     """The model fitted on the whole measured table ``cp`` (``nvlink_gbs`` given: that bandwidth
-    instead of the fitted one) and its predictions for each strategy × cp_size; FLOPs from the mask
-    built at each total length with the parameters the measured rows used."""
+    instead of the fitted one) and its predictions for each strategy × cp_size; the mask built at
+    each total length with the parameters and seed the measured rows used."""
     known = set(BYTES) | set(NOT_MODELLED)
     unknown = [s for s in strategies if s not in known]
     if unknown:
@@ -284,11 +373,12 @@ def predictions(cp: pd.DataFrame, kernels: pd.DataFrame, strategies: list[str], 
                          f"{', '.join(sorted(cp['mask'].unique()))})")
     model = fit(cp, kernels, cp["cp_size"] > 1, gpus_per_node, network_gbs)
     if nvlink_gbs is not None:
-        model = Model(model.rates, model.efficiency, Links(nvlink_gbs, gpus_per_node, network_gbs))
-    params, seed = params_of(rows.iloc[0]), int(rows.iloc[0]["seed"])
+        model = Model(model.tile_s, model.efficiency, Links(nvlink_gbs, gpus_per_node, network_gbs), model.call_s,
+                      model.row_s)
+    params, seed = rows.iloc[0]["mask_params"], int(rows.iloc[0]["seed"])
     out = []
     for p in cp_sizes:
         for strategy in strategies:
-            cell = Cell.planned(strategy, mask, direction, tokens_per_rank, p, params, seed)
+            cell = Cell(strategy, mask, direction, tokens_per_rank, p, params, seed)
             out.append({"strategy": strategy, "cp_size": p, **model.step(cell)})
     return model, pd.DataFrame(out)

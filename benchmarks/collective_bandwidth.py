@@ -3,8 +3,9 @@
     torchrun --nproc-per-node=W benchmarks/collective_bandwidth.py OUTDIR [--sizes-mib 1 16 64 256]
 
 Each rank times ``all_gather_into_tensor``, ``all_to_all_single``, ``reduce_scatter_tensor`` and a
-ring of batched ``isend``/``irecv`` (each rank to the next) on bf16 buffers of each size, with CUDA
-events over ``--reps`` calls after ``--warmup``; the figure is the slowest rank's median.  Bandwidth
+ring of batched ``isend``/``irecv`` (each rank to the next) on bf16 buffers of each size (NCCL, CUDA
+events; without a GPU: gloo, float32, wall clock), over ``--reps`` calls after ``--warmup``; the
+figure is the slowest rank's median.  Bandwidth
 is *bytes this rank sends* per second, counted as ``longca.cp.comm.Comm`` counts them (the part of
 the payload that leaves the rank: (W-1)/W of an all-to-all or reduce-scatter input, W-1 shards of an
 all-gather, the whole P2P message), so a strategy's ``comm_bytes`` divided by it is the time its
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -58,47 +60,60 @@ def _call(name: str, x: torch.Tensor, world: int, rank: int):
     return ring, nbytes
 
 
-def _median_ms(run, warmup: int, reps: int) -> float:
+def _median_ms(run, warmup: int, reps: int, cuda: bool) -> float:
     for _ in range(warmup):
         run()
     times = []
     for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         dist.barrier()
-        start.record()
-        run()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            began = time.perf_counter()
+            run()
+            times.append((time.perf_counter() - began) * 1e3)
     return statistics.median(times)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    torch.cuda.set_device(local)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    cuda = torch.cuda.is_available()
+    if cuda:
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    else:
+        dist.init_process_group("gloo")
     world, rank = dist.get_world_size(), dist.get_rank()
+    dtype, itemsize = (torch.bfloat16, 2) if cuda else (torch.float32, 4)
+    device = "cuda" if cuda else "cpu"
+    name = torch.cuda.get_device_name() if cuda else "CPU (gloo)"
+    nccl = ".".join(map(str, torch.cuda.nccl.version())) if cuda else None
     rows = []
     for mib in args.sizes_mib:
-        n = int(mib * 2**20) // 2 // world * world  # bf16 elements, divisible by the ranks
-        x = torch.randn(n, device="cuda").to(torch.bfloat16)
+        n = int(mib * 2**20) // itemsize // world * world  # elements, divisible by the ranks
+        x = torch.randn(n, device=device).to(dtype)
         for name in COLLECTIVES:
             run, sent = _call(name, x, world, rank)
-            ms = _median_ms(run, args.warmup, args.reps)
+            ms = _median_ms(run, args.warmup, args.reps, cuda)
             every: list = [None] * world
             dist.all_gather_object(every, ms)
             slowest = max(every)
             rows.append({"collective": name, "ranks": world, "payload_mib": mib, "sent_bytes": sent,
                          "median_ms": slowest, "rank_median_ms": every,
                          "gb_per_s": sent / (slowest * 1e-3) / 1e9 if sent else None,
-                         "device_name": torch.cuda.get_device_name(), "nccl_version":
-                         ".".join(map(str, torch.cuda.nccl.version()))})
+                         "device_name": name, "nccl_version": nccl})
     if rank == 0:
         args.outdir.mkdir(parents=True, exist_ok=True)
         with open(args.outdir / f"collectives_{world}.jsonl", "w") as fh:
             fh.writelines(json.dumps(r) + "\n" for r in rows)
-        lines = [f"# Collectives on {world} × {rows[0]['device_name']} (NCCL {rows[0]['nccl_version']})", "",
+        backend = f"NCCL {nccl}" if cuda else "gloo"
+        lines = [f"# Collectives on {world} × {name} ({backend})", "",
                  "GB/s = bytes this rank sends / the slowest rank's median time.", "",
                  "| collective | payload MiB | sent MiB | median ms | GB/s |", "|---|---|---|---|---|"]
         lines += [f"| {r['collective']} | {r['payload_mib']:g} | {r['sent_bytes'] / 2**20:.1f} | {r['median_ms']:.3f} | "

@@ -1,6 +1,6 @@
 """How well ``longca predict`` (``longca.results.cp_model``) predicts CP cells it was not fitted on.
 
-    python benchmarks/cp_model_check.py > docs/results/cp_model_2026-11-27.md
+    python benchmarks/cp_model_check.py [--figures DIR] > docs/results/cp_model_2026-11-27.md
 
 Two held-out checks on the published CP tables, each fitted on one part and checked on another:
 4 × H100 (fitted at cp_size 2, checked at cp_size 4) and 2 × H200 (fitted at 16K tokens per GPU,
@@ -8,7 +8,8 @@ checked at 64K); then the H100 model (fitted on its whole table) against the fig
 published for cp_size 8–64 on H100 at 8K tokens per GPU (``docs/data/magiattention_cp_h100.csv``,
 read from its charts), with a network it does not state: 50 GB/s per GPU (8 × 400 Gb/s per node)
 assumed.  Prints Markdown: per strategy and per mask the median |predicted / measured - 1|, the
-strategy ranking's agreement, and the chart comparison.
+strategy ranking's agreement, and the chart comparison.  ``--figures DIR`` also draws, per mask of
+the charts, the H100 model's curves to 96 GPUs with the measured points and MagiAttention's.
 """
 
 from __future__ import annotations
@@ -78,13 +79,47 @@ def magi_section() -> list[str]:
     return lines + [""]
 
 
+FIGURE_SIZES = [1, 2, 4, 8, 16, 32, 64, 96]
+
+
+def draw_figures(outdir: Path) -> list[Path]:
+    """Per mask of MagiAttention's charts, forward at 8K tokens per GPU on H100: predicted curves to
+    96 GPUs, the measured points, their figures."""
+    from longca.results import plots
+
+    charts = pd.read_csv(REPO / "docs" / "data" / "magiattention_cp_h100.csv")
+    cp = pd.read_parquet(RESULTS / "cp_4xh100_graphs_2026-11-27" / "cp.parquet")
+    kernels = pd.read_parquet(RESULTS / "h100_2026-11-23" / "kernels.parquet")
+    outdir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for mask, published in charts.groupby("mask"):
+        strategies = sorted(published["longca_strategy"].unique())
+        _, predicted = cp_model.predictions(cp, kernels, strategies, mask, "fwd", 8192, FIGURE_SIZES)
+        measured = cp[(cp["status"] == "ok") & (cp["mask"] == mask) & (cp["direction"] == "fwd")
+                      & (cp["tokens_per_rank"] == 8192) & cp["strategy"].isin(strategies)]
+        theirs = published.rename(columns={"strategy": "label"}).assign(
+            strategy=published["longca_strategy"], label="MagiAttention's charts")
+        fig = plots.cp_prediction_figure(
+            predicted, measured[["strategy", "cp_size", "tflops_per_gpu"]],
+            f"{mask}, forward, 8K tokens per GPU, H100\ndashed: predicted by longca predict (a model, not "
+            "measured); open squares: MagiAttention's own strategies", theirs)
+        path = outdir / f"cp_predicted_{mask}.png"
+        fig.savefig(path)
+        written.append(path)
+    return written
+
+
 def main(argv=None) -> int:
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--figures", type=Path, help="also draw the prediction figures into this folder")
+    args = p.parse_args(argv)
     lines = ["## Held-out checks", ""]
     for check in CHECKS:
         lines += held_out_section(*check)
     lines += magi_section()
     print("\n".join(lines))
+    if args.figures:
+        draw_figures(args.figures)
     return 0
 
 

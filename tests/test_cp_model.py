@@ -128,3 +128,15 @@ def test_the_collective_bandwidth_benchmark_reports_each_collective_and_size(tmp
     assert one_mib == {"all_gather": 2**20, "all_to_all": 2**19, "reduce_scatter": 2**19, "p2p_ring": 2**20}
     assert all(r["median_ms"] > 0 and r["gb_per_s"] > 0 for r in rows)
     assert "| all_to_all | 1 |" in (tmp_path / "collectives_2.md").read_text()
+
+
+def test_the_prediction_figure_draws_predicted_measured_and_published_series():
+    from longca.results import plots
+
+    predicted = pd.DataFrame({"strategy": ["ring"] * 3, "cp_size": [1, 8, 64], "tflops_per_gpu": [500, 400, None]})
+    measured = pd.DataFrame({"strategy": ["ring"], "cp_size": [1], "tflops_per_gpu": [510.0]})
+    published = pd.DataFrame({"strategy": ["ring"], "cp_size": [8], "tflops_per_gpu": [420.0], "label": ["theirs"]})
+    fig = plots.cp_prediction_figure(predicted, measured, "t", published)
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert labels == ["ring (predicted)", "ring (measured)", "theirs"]
+    assert list(fig.axes[0].get_lines()[0].get_xdata()) == [1, 8]  # no point where the model gives none

@@ -486,3 +486,34 @@ def cp_figures(cp: pd.DataFrame, kernels: pd.DataFrame, mask: str, scaling_out, 
     """The per-mask CP figures (what rule plot_cp_mask writes)."""
     save(cp_scaling_figure(cp, mask, ceilings), scaling_out)
     save(cp_efficiency_figure(cp, kernels, mask), efficiency_out)
+
+
+def cp_prediction_figure(predicted: pd.DataFrame, measured: pd.DataFrame, title: str,
+                         published: pd.DataFrame | None = None) -> Figure:
+    """Predicted per-GPU TFLOPs/s against cp_size (dashed lines, labelled as predictions) with the
+    measured points it was fitted and checked on (filled) and, where given, another source's published
+    figures (open squares, in the colour of the strategy they compare with).  ``predicted`` /
+    ``measured``: strategy, cp_size, tflops_per_gpu; ``published``: the same and ``label``."""
+    fig, ax = plt.subplots(figsize=(9, 4.6), dpi=DPI)
+    colors = series_colors(set(predicted["strategy"]) | set(measured["strategy"]))
+    for strategy, g in predicted.dropna(subset=["tflops_per_gpu"]).groupby("strategy"):
+        g = g.sort_values("cp_size")
+        ax.plot(g["cp_size"], g["tflops_per_gpu"], "--", color=colors[strategy], label=f"{strategy} (predicted)")
+    for strategy, g in measured.groupby("strategy"):
+        ax.plot(g["cp_size"], g["tflops_per_gpu"], "o", color=colors.get(strategy, "black"),
+                label=f"{strategy} (measured)")
+    if published is not None:
+        for i, (strategy, g) in enumerate(published.groupby("strategy")):
+            ax.plot(g["cp_size"], g["tflops_per_gpu"], "s", mfc="none", ms=8, color=colors.get(strategy, "black"),
+                    label=g["label"].iloc[0] if i == 0 else None)
+    sizes = sorted(set(predicted["cp_size"]))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(p) for p in sizes])
+    ax.set_xlabel("cp_size (GPUs)")
+    ax.set_ylabel("TFLOPs/s per GPU (slowest rank)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    return fig

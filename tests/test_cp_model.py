@@ -140,3 +140,29 @@ def test_the_prediction_figure_draws_predicted_measured_and_published_series():
     labels = [line.get_label() for line in fig.axes[0].get_lines()]
     assert labels == ["ring (predicted)", "ring (measured)", "theirs"]
     assert list(fig.axes[0].get_lines()[0].get_xdata()) == [1, 8]  # no point where the model gives none
+
+
+def test_slice_tiles_counts_the_tiles_a_dense_slice_touches():
+    """Against a count on the slice's dense pattern: per 128-row tile, the key tiles from its first
+    to its last attended column, for every kind of slice at random shapes and offsets."""
+    import numpy as np
+
+    from longca.attention.masks import AttnSlice, SliceKind
+
+    rng = np.random.default_rng(0)
+    checked = 0
+    for _ in range(200):
+        q0, lq, k0, lk = (int(x) for x in rng.integers([0, 1, 0, 1], [300, 600, 300, 600]))
+        kind = list(SliceKind)[int(rng.integers(0, 4))]
+        s = AttnSlice(q0, q0 + lq, k0, k0 + lk, kind)
+        if s.area() == 0:
+            continue
+        dense = s.dense().numpy()
+        expected = 0
+        for a in range(0, lq, cp_model.TILE):
+            cols = np.flatnonzero(dense[a:a + cp_model.TILE].any(0))
+            if cols.size:
+                expected += cols.max() // cp_model.TILE - cols.min() // cp_model.TILE + 1
+        assert cp_model.slice_tiles(s) == expected, s
+        checked += 1
+    assert checked >= 100

@@ -38,7 +38,7 @@ import pandas as pd
 
 from ..attention import masks
 from ..attention.flops import DIRECTION_FACTOR, attention_flops
-from ..attention.masks import AttnMask, AttnSlice
+from ..attention.masks import AttnMask, AttnSlice, SliceKind
 from ..cp import layout as layouts
 from ..cp.allgather import _complement
 from ..cp.blocks import restrict
@@ -46,20 +46,28 @@ from ..cp.sequence_parallel import divisor_at_most
 
 # The local kernel's tile (FFA's forward: 128 queries × 128 keys): a call costs the tiles it touches.
 TILE = 128
+ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}
 
 
 def slice_tiles(s: AttnSlice) -> int:
     """The TILE × TILE (query, key) tiles one slice touches, tiled from its own corner as FFA tiles
     each range: per query tile, the key tiles between its first row's first key and its last row's
-    last key (both ends are non-decreasing in the row)."""
-    q0 = np.arange(s.q_start, s.q_end, TILE)
-    q1 = np.minimum(q0 + TILE, s.q_end) - 1
-    lo, _ = s.key_bounds(q0)
-    _, hi = s.key_bounds(q1)
-    live = hi > lo
-    first = (lo[live] - s.k_start) // TILE
-    last = -(-(hi[live] - s.k_start) // TILE)
-    return int((last - first).sum())
+    last key (both ends are non-decreasing in the row; ``AttnSlice.key_bounds`` in integer arithmetic,
+    as this runs for every piece of every block of a plan)."""
+    if s.q_end <= s.q_start or s.k_end <= s.k_start:
+        return 0
+    if s.kind is SliceKind.FULL:
+        return -(-(s.q_end - s.q_start) // TILE) * -(-(s.k_end - s.k_start) // TILE)
+    shifts_lo = s.kind in (SliceKind.INV_CAUSAL, SliceKind.BI_CAUSAL)   # j >= k_start + (i - q_start)
+    caps_hi = s.kind in (SliceKind.CAUSAL, SliceKind.BI_CAUSAL)         # j <= i + lk - lq
+    total = 0
+    for q0 in range(s.q_start, s.q_end, TILE):
+        q1 = min(q0 + TILE, s.q_end) - 1
+        lo = s.k_start + (q0 - s.q_start) if shifts_lo else s.k_start
+        hi = min(s.k_end, q1 + s.k_end - s.q_end + 1) if caps_hi else s.k_end
+        if hi > lo:
+            total += -(-(hi - s.k_start) // TILE) - (lo - s.k_start) // TILE
+    return total
 
 
 def tiles(slices) -> tuple[int, int]:
@@ -68,16 +76,20 @@ def tiles(slices) -> tuple[int, int]:
     return sum(slice_tiles(s) for s in slices), sum(s.q_end - s.q_start for s in slices if s.area())
 
 
+def _sampled(p: int) -> list[int]:
+    return sorted({0, p // 2, p - 1}) if p <= 8 else [0]
+
+
 def rank_blocks(strategy: str, mask: AttnMask, p: int) -> tuple[tuple[float, float], ...]:
     """The slowest rank's local calls in step order, each as (tiles touched, query rows reduced), per
     query head group: a ring member's blocks in ring order (its own first, then what each hop
     brings; Ulysses' degree divides them among its ranks), the all-gather's own block and then the
-    rest in sequence order, Ulysses' one block.  Ranks sampled: first, middle, last (the layouts
-    balance them)."""
+    rest in sequence order, Ulysses' one block.  Ranks sampled: first, middle and last up to 8
+    ranks, the first beyond (the layouts balance them; a ring of 64 is 64 blocks per rank)."""
     if strategy == "allgather":
         layout = layouts.build("auto", mask, p)
         candidates = []
-        for r in sorted({0, p // 2, p - 1}):
+        for r in _sampled(p):
             mine = layout.shards[r]
             candidates.append((tiles(restrict(mask, mine, mine)),
                                tiles(restrict(mask, mine, _complement(mine, mask.seqlen_k)))))
@@ -151,7 +163,7 @@ def shard_bytes(tokens: int, heads_q: int, heads_kv: int, head_dim: int, itemsiz
 
 
 def sent_bytes(strategy: str, direction: str, p: int, tokens: int, heads_q: int, heads_kv: int,
-               head_dim: int) -> Optional[dict[str, float]]:
+               head_dim: int, itemsize: int = 2) -> Optional[dict[str, float]]:
     """Bytes one rank sends per step, by how they meet compute (``overlap`` / ``wait``), or None."""
     traffic = BYTES.get(strategy)
     fn = None if traffic is None else getattr(traffic, direction)
@@ -159,7 +171,7 @@ def sent_bytes(strategy: str, direction: str, p: int, tokens: int, heads_q: int,
         return None
     if p == 1:
         return {"overlap": 0.0, "wait": 0.0}
-    q, kv = shard_bytes(tokens, heads_q, heads_kv, head_dim)
+    q, kv = shard_bytes(tokens, heads_q, heads_kv, head_dim, itemsize)
     return {"overlap": 0.0, "wait": 0.0, **fn(p, q, kv, heads_kv)}
 
 
@@ -183,7 +195,8 @@ def tile_seconds(kernels: pd.DataFrame, direction: str, heads_q: int, head_dim: 
     ok = kernels[(kernels["status"] == "ok") & (kernels["kernel"] == kernel) & (kernels["mask"] == "full")
                  & (kernels["direction"] == direction)]
     if ok.empty:
-        raise KeyError(f"the kernel table has no ok {kernel} row on the full mask {direction}")
+        raise ValueError(f"the kernel table has no ok {kernel} row on the full mask {direction} "
+                         "(what one tile of the local kernel costs)")
     near = ok.iloc[(ok["seqlen"] - reference).abs().argsort()[:1]]["seqlen"].iloc[0]
     rate = ok[ok["seqlen"] == near]["tflops"].median()
     return DIRECTION_FACTOR[direction] * 4.0 * TILE * TILE * heads_q * head_dim / (rate * 1e12)
@@ -201,12 +214,13 @@ class Cell:
     heads_q: int = 64
     heads_kv: int = 8
     head_dim: int = 128
+    itemsize: int = 2  # bytes per element of Q, K, V
 
     @classmethod
     def from_row(cls, row) -> "Cell":
         return cls(row.strategy, row.mask, row.direction, int(row.tokens_per_rank), int(row.cp_size),
                    row.mask_params if isinstance(row.mask_params, str) else "{}", int(row.seed),
-                   int(row.heads_q), int(row.heads_kv), int(row.head_dim))
+                   int(row.heads_q), int(row.heads_kv), int(row.head_dim), ITEMSIZE.get(row.dtype, 2))
 
     def built(self, cp_size: Optional[int] = None) -> AttnMask:
         """The mask at the total length (``cp_size`` ranks' tokens, default the cell's)."""
@@ -214,12 +228,18 @@ class Cell:
 
     @property
     def flops(self) -> float:
-        return attention_flops(self.built(), self.heads_q, self.head_dim, self.direction)
+        return _flops(self.mask, self.tokens_per_rank * self.cp_size, self.mask_params, self.seed, self.heads_q,
+                      self.head_dim, self.direction)
 
 
 @functools.lru_cache(maxsize=None)
 def _mask(name: str, seqlen: int, params: str, seed: int) -> AttnMask:
     return masks.build(name, seqlen, seed=seed, **json.loads(params))
+
+
+@functools.lru_cache(maxsize=None)
+def _flops(name: str, seqlen: int, params: str, seed: int, heads_q: int, head_dim: int, direction: str) -> float:
+    return attention_flops(_mask(name, seqlen, params, seed), heads_q, head_dim, direction)
 
 
 @functools.lru_cache(maxsize=None)
@@ -269,7 +289,7 @@ class Model:
     def step(self, cell: Cell) -> dict:
         why = NOT_MODELLED.get(cell.strategy)
         sent = None if why else sent_bytes(cell.strategy, cell.direction, cell.cp_size, cell.tokens_per_rank,
-                                           cell.heads_q, cell.heads_kv, cell.head_dim)
+                                           cell.heads_q, cell.heads_kv, cell.head_dim, cell.itemsize)
         if sent is None:
             return {"tflops_per_gpu": None, "why": why or f"{cell.strategy} {cell.direction}'s bytes are not modelled"}
         e = self._efficiency(cell)
@@ -307,12 +327,13 @@ def fit_efficiency(cp: pd.DataFrame, tile_s: dict[str, float], call_s: float = 0
 
 
 def fit(cp: pd.DataFrame, kernels: pd.DataFrame, fit_rows: pd.Series, gpus_per_node: int = 8,
-        network_gbs: float = 50.0) -> Model:
+        network_gbs: float = 50.0, kernel: str = "ffa") -> Model:
     """The model fitted on ``cp[fit_rows]``: the per-call cost and the NVLink bandwidth on its
     cp_size > 1 rows (a grid: the error is not smooth in them, max() terms), the efficiencies on the
     cp_size-1 rows of the whole table (they move no byte)."""
     first = cp.iloc[0]
-    tile_s = {d: tile_seconds(kernels, d, int(first["heads_q"]), int(first["head_dim"])) for d in ("fwd", "bwd")}
+    tile_s = {d: tile_seconds(kernels, d, int(first["heads_q"]), int(first["head_dim"]), kernel)
+              for d in ("fwd", "bwd")}
     train = cp[fit_rows & (cp["status"] == "ok") & (cp["cp_size"] > 1)]
     cells = [Cell.from_row(r) for r in train.itertuples()]
     measured = train["tflops_per_gpu"].to_numpy()
@@ -382,3 +403,54 @@ def predictions(cp: pd.DataFrame, kernels: pd.DataFrame, strategies: list[str], 
             cell = Cell(strategy, mask, direction, tokens_per_rank, p, params, seed)
             out.append({"strategy": strategy, "cp_size": p, **model.step(cell)})
     return model, pd.DataFrame(out)
+
+
+# The report's predicted sizes beyond what a run measured (8 GPUs per node, 50 GB/s per GPU across).
+REPORT_SIZES = (8, 16, 32, 64)
+
+
+def report_prediction(cp: pd.DataFrame, kernels: pd.DataFrame, mask: str, sizes=REPORT_SIZES) -> dict:
+    """What the report shows for ``mask``: the model fitted on the run's own tables and its forward
+    predictions, at the run's smallest tokens per rank, at the sizes measured and ``sizes``; where the
+    run measured two CP sizes above 1, the model fitted without the largest and checked on it.  A
+    dict with ``predicted``, ``measured``, ``caption``; or ``why`` when the run cannot fit it."""
+    ok = cp[(cp["status"] == "ok") & cp["strategy"].isin(list(BYTES))] if len(cp) else cp
+    measured_sizes = sorted(ok["cp_size"].unique()) if len(ok) else []
+    above = [p for p in measured_sizes if p > 1]
+    if 1 not in measured_sizes or not above:
+        return {"why": "no prediction: the model is fitted on a run's own CP rows at cp_size 1 and above"}
+    kernel = ok["local_kernel"].mode().iloc[0]
+    try:
+        model = fit(cp, kernels, cp["cp_size"] > 1, kernel=kernel)
+    except ValueError as exc:
+        return {"why": f"no prediction: {exc}"}
+    rows = ok[ok["mask"] == mask]
+    if rows.empty:
+        return {"why": f"no prediction: no ok CP row on {mask} of a modelled strategy"}
+    direction = "fwd" if (rows["direction"] == "fwd").any() else rows["direction"].iloc[0]
+    tokens = int(rows["tokens_per_rank"].min())
+    rows = rows[(rows["direction"] == direction) & (rows["tokens_per_rank"] == tokens)]
+    first = rows.iloc[0]
+    predicted = []
+    for p in sorted(set(measured_sizes) | set(sizes)):
+        for strategy in sorted(rows["strategy"].unique()):
+            cell = Cell(strategy, mask, direction, tokens, p, first["mask_params"], int(first["seed"]),
+                        int(first["heads_q"]), int(first["heads_kv"]), int(first["head_dim"]),
+                        ITEMSIZE.get(first["dtype"], 2))
+            predicted.append({"strategy": strategy, "cp_size": p, "tflops_per_gpu": model.predict(cell)})
+    check = "not checked on held-out cells (the run measured one CP size above 1)"
+    if len(above) >= 2:
+        held = fit(cp, kernels, cp["cp_size"] < max(above), kernel=kernel)
+        checked = held_out(held, cp, cp["cp_size"] == max(above))
+        if len(checked):
+            agree, total = ranking_agreement(checked)
+            check = (f"fitted without cp_size {max(above)} and checked on its {len(checked)} rows: median error "
+                     f"{checked['error'].abs().median() * 100:.0f} %, best strategy named in {agree} of {total} cells")
+    caption = (f"{mask}, {direction}, {tokens} tokens per GPU: measured (points) and predicted (dashed) by "
+               f"longca predict from this run's tables — a model, not a measurement. Fitted: NVLink "
+               f"{model.links.nvlink_gbs:.0f} GB/s, {model.call_s * 1e6:.0f} µs per local call, "
+               f"{model.row_s * 1e9:.0f} ns per reduced query row, local kernel {kernel}; beyond "
+               f"{model.links.gpus_per_node} GPUs, {model.links.network_gbs:g} GB/s of network per GPU assumed. "
+               f"Model {check}.")
+    return {"predicted": pd.DataFrame(predicted), "caption": caption,
+            "measured": rows[["strategy", "cp_size", "tflops_per_gpu"]]}

@@ -482,10 +482,28 @@ def kernel_figures(df: pd.DataFrame, mask: str, throughput_out, memory_out, ceil
 
 
 def cp_figures(cp: pd.DataFrame, kernels: pd.DataFrame, mask: str, scaling_out, efficiency_out,
-               ceilings: dict | None = None) -> None:
+               ceilings: dict | None = None, prediction_out=None) -> None:
     """The per-mask CP figures (what rule plot_cp_mask writes)."""
     save(cp_scaling_figure(cp, mask, ceilings), scaling_out)
     save(cp_efficiency_figure(cp, kernels, mask), efficiency_out)
+    if prediction_out is not None:
+        save(cp_model_figure(cp, kernels, mask), prediction_out)
+
+
+def cp_model_figure(cp: pd.DataFrame, kernels: pd.DataFrame, mask: str) -> Figure:
+    """``longca predict``'s model fitted on the run's own tables, drawn to larger GPU counts, with what it
+    was fitted on and how it did on held-out cells written under it (or why there is no prediction)."""
+    from .cp_model import report_prediction
+
+    title = f"{mask}: CP at larger GPU counts, predicted"
+    result = report_prediction(cp, kernels, mask)
+    if "why" in result:
+        return _empty_figure(result["why"], title)
+    fig = cp_prediction_figure(result["predicted"], result["measured"], title)
+    fig.set_size_inches(9, 5.4)
+    fig.text(0.01, 0.01, result["caption"], fontsize=7, wrap=True, va="bottom")
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    return fig
 
 
 def cp_prediction_figure(predicted: pd.DataFrame, measured: pd.DataFrame, title: str,

@@ -351,6 +351,7 @@ class Figures:
     matrix: str | None = None                                  # kernel × mask heatmap
     cp_scaling: dict[str, str] = field(default_factory=dict)   # mask → PNG
     cp_efficiency: dict[str, str] = field(default_factory=dict)  # mask → PNG
+    cp_prediction: dict[str, str] = field(default_factory=dict)  # mask → PNG (the CP model's)
 
 
 def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: Figures | None = None,
@@ -414,7 +415,7 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
     cp_figs = []
     for mask in cp_masks:
         sub = cp[cp["mask"] == mask]
-        entry = {"mask": mask, "scaling": None, "efficiency": None}
+        entry = {"mask": mask, "scaling": None, "efficiency": None, "prediction": None}
         if mask in figures.cp_scaling and Path(figures.cp_scaling[mask]).exists():
             entry["scaling"] = embed(
                 figures.cp_scaling[mask], id=f"fig-cp-scaling-{mask}", title=f"{mask}: CP per-GPU TFLOPs/s",
@@ -426,6 +427,12 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
                 figures.cp_efficiency[mask], id=f"fig-cp-efficiency-{mask}", title=f"{mask}: CP efficiency",
                 alt=f"CP efficiency against cp_size for mask {mask}",
                 caption=figure_captions.text("cp_efficiency_figure", mask))
+        if mask in figures.cp_prediction and Path(figures.cp_prediction[mask]).exists():
+            entry["prediction"] = embed(
+                figures.cp_prediction[mask], id=f"fig-cp-predicted-{mask}",
+                title=f"{mask}: CP at larger GPU counts (predicted, not measured)",
+                alt=f"predicted per-GPU TFLOPs/s against cp_size for mask {mask}, with the measured points",
+                caption=figure_captions.text("cp_prediction_figure", mask))
         cp_figs.append(entry)
 
     devices = sorted({fmt_text(v) for v in kernels.get("device_name", pd.Series(dtype=object)).dropna()})

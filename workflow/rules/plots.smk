@@ -12,7 +12,8 @@ def code_fingerprint(*paths: str) -> str:
 
 
 # The figures draw the tables of longca/results/tables.py: editing either redraws them.
-PLOT_CODE = code_fingerprint("longca/results/plots.py", "longca/results/tables.py", "longca/execution/measure/ceilings.py")
+PLOT_CODE = code_fingerprint("longca/results/plots.py", "longca/results/tables.py", "longca/results/cp_model.py",
+                             "longca/execution/measure/ceilings.py")
 # CP figures exist once CP cells do (one per mask the CP grid covers); with none, the report says so.
 CP_MASKS = [m for m in MASK_NAMES if m in {c.mask for c in ALL_CP_CELLS}]
 
@@ -104,6 +105,13 @@ rule plot_cp_mask:
             category="Context parallelism",
             subcategory="Efficiency",
             labels={"mask": "{mask}", "figure": "efficiency vs one GPU"},
+        ),
+        prediction=report(
+            "results/figures/cp_predicted_{mask}.png",
+            caption=figure_captions.path("cp_prediction_figure"),
+            category="Context parallelism",
+            subcategory="Predicted",
+            labels={"mask": "{mask}", "figure": "predicted per-GPU TFLOPs/s to 64 GPUs"},
         ),
     params:
         code=PLOT_CODE,

@@ -22,6 +22,7 @@ rule html_report:
         matrix="results/figures/kernel_mask_matrix.png",
         cp_scaling=expand("results/figures/cp_scaling_{mask}.png", mask=CP_MASKS),
         cp_efficiency=expand("results/figures/cp_efficiency_{mask}.png", mask=CP_MASKS),
+        cp_prediction=expand("results/figures/cp_predicted_{mask}.png", mask=CP_MASKS),
     output:
         report(
             "results/report.html",

@@ -15,7 +15,7 @@ import jinja2
 
 CAPTIONS = Path(__file__).resolve().parent / "captions"
 FIGURES = ("kernel_figure", "memory_figure", "matrix_figure", "cp_scaling_figure", "cp_efficiency_figure",
-           "html_report")
+           "cp_prediction_figure", "html_report")
 
 
 def path(figure: str) -> Path:

@@ -118,7 +118,7 @@ CEILINGS = {"version": 1, "device": "cuda", "device_name": "Synthetic GPU", "cpu
 
 def figures(out, kernels: pd.DataFrame, cp: pd.DataFrame):
     """Every kind of figure the report shows, drawn from these tables into folder ``out``: the
-    matrix, throughput and memory for two masks, CP scaling and efficiency for one."""
+    matrix, throughput and memory for two masks, CP scaling, efficiency and prediction for one."""
     from longca.results import plots, report
 
     figs = report.Figures(matrix=str(out / "matrix.png"))
@@ -127,5 +127,7 @@ def figures(out, kernels: pd.DataFrame, cp: pd.DataFrame):
         figs.throughput[mask], figs.memory[mask] = str(out / f"k_{mask}.png"), str(out / f"m_{mask}.png")
         plots.kernel_figures(kernels, mask, figs.throughput[mask], figs.memory[mask], ceilings=CEILINGS)
     figs.cp_scaling["causal"], figs.cp_efficiency["causal"] = str(out / "cps.png"), str(out / "cpe.png")
-    plots.cp_figures(cp, kernels, "causal", figs.cp_scaling["causal"], figs.cp_efficiency["causal"], CEILINGS)
+    figs.cp_prediction["causal"] = str(out / "cpp.png")
+    plots.cp_figures(cp, kernels, "causal", figs.cp_scaling["causal"], figs.cp_efficiency["causal"], CEILINGS,
+                     prediction_out=figs.cp_prediction["causal"])
     return figs

@@ -166,3 +166,22 @@ def test_slice_tiles_counts_the_tiles_a_dense_slice_touches():
         assert cp_model.slice_tiles(s) == expected, s
         checked += 1
     assert checked >= 100
+
+
+@pytest.mark.slow
+def test_the_reports_model_figure_predicts_from_the_runs_tables_or_says_why_not():
+    from longca.results import plots
+
+    cp = pd.read_parquet(RESULTS / "cp_4xh100_graphs_2026-11-27" / "cp.parquet")
+    kernels = pd.read_parquet(RESULTS / "h100_2026-11-23" / "kernels.parquet")
+    result = cp_model.report_prediction(cp, kernels, "causal")
+    assert set(result["predicted"]["cp_size"]) == {1, 2, 4, 8, 16, 32, 64}
+    assert "a model, not a measurement" in result["caption"]
+    assert "fitted without cp_size 4 and checked on its" in result["caption"]
+    fig = plots.cp_model_figure(cp, kernels, "causal")
+    labels = {line.get_label() for line in fig.axes[0].get_lines()}
+    assert "ring (predicted)" in labels and "ring (measured)" in labels
+    only_one = cp[cp["cp_size"] == 1]
+    assert cp_model.report_prediction(only_one, kernels, "causal")["why"].startswith("no prediction")
+    no_ffa = kernels[kernels["kernel"] != "ffa"]
+    assert "no ok ffa row on the full mask" in cp_model.report_prediction(cp, no_ffa, "causal")["why"]

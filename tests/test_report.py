@@ -203,7 +203,7 @@ def test_config_environment_and_error_text_are_escaped(html, page):
 
 def test_the_page_is_self_contained(page, html):
     images = [a for tag, a in page.elements if tag == "img"]
-    assert len(images) == 1 + 2 * 2 + 2  # matrix, 2 masks × (throughput, memory), CP scaling + efficiency
+    assert len(images) == 1 + 2 * 2 + 3  # matrix, 2 masks × (throughput, memory), CP scaling, efficiency, model
     for img in images:
         assert img["src"].startswith("data:image/png;base64,")
         data = base64.b64decode(img["src"].split(",", 1)[1])
@@ -223,13 +223,14 @@ def test_every_figure_has_a_caption_saying_what_and_how(page, html):
     figures = re.findall(r"<figure id=\"([^\"]+)\">.*?<figcaption>(.*?)</figcaption>", html, re.S)
     assert {f for f, _ in figures} == {"fig-matrix", "fig-throughput-causal", "fig-throughput-sliding",
                                        "fig-memory-causal", "fig-memory-sliding", "fig-cp-scaling-causal",
-                                       "fig-cp-efficiency-causal"}
+                                       "fig-cp-efficiency-causal", "fig-cp-predicted-causal"}
     captions = dict(figures)
     thr = captions["fig-throughput-causal"]
     assert "4 · area · heads_q · head_dim · batch" in thr and "median" in thr and "CUDA events" in thr
     assert "X unsupported, E out of memory, W failed the correctness gate" in thr
     assert "bfloat16: 3 TFLOPs/s (n = 8192)" in thr
     assert "tokens per rank" in captions["fig-cp-efficiency-causal"]
+    assert "a prediction, not a measurement" in captions["fig-cp-predicted-causal"]
 
 
 def test_methodology_environment_and_configuration(page, html):

@@ -219,7 +219,8 @@ class Cell:
     @classmethod
     def from_row(cls, row) -> "Cell":
         return cls(row.strategy, row.mask, row.direction, int(row.tokens_per_rank), int(row.cp_size),
-                   row.mask_params if isinstance(row.mask_params, str) else "{}", int(row.seed),
+                   row.mask_params if isinstance(row.mask_params, str) else "{}",
+                   int(row.seed) if pd.notna(row.seed) else 0,
                    int(row.heads_q), int(row.heads_kv), int(row.head_dim), ITEMSIZE.get(row.dtype, 2))
 
     def built(self, cp_size: Optional[int] = None) -> AttnMask:
@@ -434,7 +435,9 @@ def report_prediction(cp: pd.DataFrame, kernels: pd.DataFrame, mask: str, sizes=
     predicted = []
     for p in sorted(set(measured_sizes) | set(sizes)):
         for strategy in sorted(rows["strategy"].unique()):
-            cell = Cell(strategy, mask, direction, tokens, p, first["mask_params"], int(first["seed"]),
+            cell = Cell(strategy, mask, direction, tokens, p,
+                        first["mask_params"] if isinstance(first["mask_params"], str) else "{}",
+                        int(first["seed"]) if pd.notna(first["seed"]) else 0,
                         int(first["heads_q"]), int(first["heads_kv"]), int(first["head_dim"]),
                         ITEMSIZE.get(first["dtype"], 2))
             predicted.append({"strategy": strategy, "cp_size": p, "tflops_per_gpu": model.predict(cell)})

@@ -419,7 +419,9 @@ def report_prediction(cp: pd.DataFrame, kernels: pd.DataFrame, mask: str, sizes=
     measured_sizes = sorted(ok["cp_size"].unique()) if len(ok) else []
     above = [p for p in measured_sizes if p > 1]
     if 1 not in measured_sizes or not above:
-        return {"why": "no prediction: the model is fitted on a run's own CP rows at cp_size 1 and above"}
+        have = ", ".join(map(str, measured_sizes)) or "none"
+        return {"why": "no prediction: the model is fitted on the run's own ok CP rows at cp_size 1 (the local "
+                       f"attention alone) and above 1; this run has cp_size {have}"}
     kernel = ok["local_kernel"].mode().iloc[0]
     try:
         model = fit(cp, kernels, cp["cp_size"] > 1, kernel=kernel)

@@ -175,7 +175,7 @@ def test_the_reports_model_figure_predicts_from_the_runs_tables_or_says_why_not(
     cp = pd.read_parquet(RESULTS / "cp_4xh100_graphs_2026-11-27" / "cp.parquet")
     kernels = pd.read_parquet(RESULTS / "h100_2026-11-23" / "kernels.parquet")
     result = cp_model.report_prediction(cp, kernels, "causal")
-    assert set(result["predicted"]["cp_size"]) == {1, 2, 4, 8, 16, 32, 64}
+    assert set(result["predicted"]["cp_size"]) == {1, 2, 4, 8, 16, 32, 64, 96}
     assert "a model, not a measurement" in result["caption"]
     assert "fitted without cp_size 4 and checked on its" in result["caption"]
     fig = plots.cp_model_figure(cp, kernels, "causal")

@@ -407,7 +407,7 @@ def predictions(cp: pd.DataFrame, kernels: pd.DataFrame, strategies: list[str], 
 
 
 # The report's predicted sizes beyond what a run measured (8 GPUs per node, 50 GB/s per GPU across).
-REPORT_SIZES = (8, 16, 32, 64)
+REPORT_SIZES = (8, 16, 32, 64, 96)
 
 
 def report_prediction(cp: pd.DataFrame, kernels: pd.DataFrame, mask: str, sizes=REPORT_SIZES) -> dict:

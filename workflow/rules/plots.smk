@@ -111,7 +111,7 @@ rule plot_cp_mask:
             caption=figure_captions.path("cp_prediction_figure"),
             category="Context parallelism",
             subcategory="Predicted",
-            labels={"mask": "{mask}", "figure": "predicted per-GPU TFLOPs/s to 64 GPUs"},
+            labels={"mask": "{mask}", "figure": "predicted per-GPU TFLOPs/s to 96 GPUs"},
         ),
     params:
         code=PLOT_CODE,

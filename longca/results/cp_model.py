@@ -1,27 +1,27 @@
-"""A CP strategy's per-GPU TFLOPs/s at any GPU count, predicted from what was measured.
+"""A CP strategy's per-GPU TFLOPs/s at any GPU count, predicted from what was measured (``longca predict``).
 
-One step of a strategy on P ranks (slowest rank; the layouts keep ranks within a few percent of
-each other, `rank_area` in the CP table) is modelled as
+The slowest rank's step is planned as the strategy plans it (``rank_blocks``: the layout, each
+block's mask from ``longca.cp.blocks.restrict``, in step order) and each local call costs
 
-    compute  = FLOPs / P / (R · e)          R: the local kernel (FFA) on the same mask, from the
-                                            kernel table of the GPU model, at the length its calls
-                                            see (a ring's: one shard; Ulysses' and the all-gather's:
-                                            the whole sequence); e: the strategy's own efficiency on
-                                            that mask at cp_size 1 (fitted)
-    comm     = bytes / B                    bytes: what the strategy sends per rank (BYTES, below);
-                                            B: the effective NVLink bandwidth (fitted); across nodes
-                                            the network's per GPU (given) bounds a ring's steps and
-                                            an all-to-all's bytes that leave the node
-    step     = compute + exposed(comm)      ring-like transfers hide behind the compute they overlap
-                                            (exposed = max(0, comm - compute)); all-to-all waits
-                                            (exposed = comm); usp has one of each
+    block    = tiles · t_tile / e + rows · t_row + t_call
+               tiles: the TILE × TILE tiles the call touches; t_tile: one full tile at the local
+               kernel's rate on the full mask in the kernel table; e: the strategy's own efficiency
+               on that mask and length at cp_size 1 (where nothing moves); rows: the query rows the
+               call reduces into (float32 output read and written); t_call: a call's fixed cost
+    transfer = bytes / B                    bytes: what the strategy sends per rank (BYTES, below);
+                                            B: the effective NVLink bandwidth; across nodes the
+                                            network's per GPU (given) bounds a ring's lockstep hops
+                                            and an all-to-all's bytes that leave the node
+    step     = waited transfers + Σ max(block, hop) + last block
+               all-to-alls are waited for; each ring hop (the all-gather: its one gather) hides
+               behind the block computed while it is in flight
 
-Only what the kernel table cannot give is fitted: ``e`` per strategy, mask and direction (from cp_size-1
-rows, where nothing moves) and ``B`` (from the rows at the sizes given for fitting).  The byte
-formulas are in units of one rank's K+V shard (bf16) and its Q shard, as ``longca.cp.comm.Comm``
-counts them; the tests hold them to the measured ``comm_bytes``.  Strategies whose traffic is not
-modelled (magi: it sends only what the mask needs; torch_cp: its bytes are not counted; double_ring
-backward) are predicted as ``None`` with the reason.
+Only what the kernel table cannot give is fitted: ``e`` on the cp_size-1 rows, and ``B``, ``t_row``
+and ``t_call`` on the rows above cp_size 1 chosen for fitting (a grid search).  The byte formulas
+are in units of one rank's K+V shard and its Q shard, as ``longca.cp.comm.Comm`` counts them; the
+tests hold them to the measured ``comm_bytes``.  Strategies whose traffic is not modelled (magi: it
+sends only what the mask needs; torch_cp: its bytes are not counted; double_ring backward) are
+predicted as ``None`` with the reason.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def rank_blocks(strategy: str, mask: AttnMask, p: int) -> tuple[tuple[float, flo
         def member(i):
             return layout.concatenated(range(i * u, (i + 1) * u))
         candidates = [tuple(tuple(x / u for x in tiles(restrict(mask, member(me), member((me - s) % ring))))
-                            for s in range(ring)) for me in sorted({0, ring // 2, ring - 1})]
+                            for s in range(ring)) for me in _sampled(ring)]
     return max(candidates, key=lambda steps: sum(t for t, _ in steps))
 
 
@@ -117,9 +117,6 @@ def _a2a(p: int, q: float, kv: float, heads_kv: int) -> float:
 class Traffic:
     fwd: Callable[[int, float, float, int], dict[str, float]]
     bwd: Optional[Callable[[int, float, float, int], dict[str, float]]]
-    # The length whose kernel rate a local call runs at: a ring's calls are shard × shard blocks
-    # ("shard"), Ulysses' and the all-gather's attend the whole sequence ("total").
-    calls_at: str = "shard"
 
 
 def _usp(direction: str):
@@ -138,9 +135,9 @@ BYTES: dict[str, Traffic] = {
     "double_ring": Traffic(lambda p, q, kv, h: {"overlap": (p - 1) * kv}, None),
     # Gather K/V; backward gather again and reduce-scatter float32 dK/dV.
     "allgather": Traffic(lambda p, q, kv, h: {"overlap": (p - 1) * kv},
-                         lambda p, q, kv, h: {"overlap": 3 * (p - 1) * kv}, "total"),
+                         lambda p, q, kv, h: {"overlap": 3 * (p - 1) * kv}),
     "ulysses": Traffic(lambda p, q, kv, h: {"wait": _a2a(p, q, kv, h)},
-                       lambda p, q, kv, h: {"wait": _a2a(p, q, kv, h)}, "total"),
+                       lambda p, q, kv, h: {"wait": _a2a(p, q, kv, h)}),
     "usp": Traffic(_usp("fwd"), _usp("bwd")),
 }
 NOT_MODELLED = {"magi": "MagiAttention sends only the K/V ranges remote queries attend (mask-dependent)",

@@ -260,9 +260,10 @@ def _predict(args: argparse.Namespace) -> int:
         print(f"longca predict: {exc}", file=sys.stderr)
         return 2
     print(f"# predicted, not measured: {args.mask} {args.direction}, {args.tokens_per_rank} tokens per GPU; "
-          f"NVLink {model.links.nvlink_gbs:.0f} GB/s (fitted on {args.cp}), network {args.network_gbs:g} GB/s "
-          f"per GPU, {args.gpus_per_node} GPUs per node; step = compute + waited transfers + "
-          "max(0, overlapped transfers - compute)")
+          f"fitted on {args.cp}: NVLink {model.links.nvlink_gbs:.0f} GB/s, {model.call_s * 1e6:.0f} µs per local "
+          f"call, {model.row_s * 1e9:.0f} ns per reduced query row; network {args.network_gbs:g} GB/s per GPU, "
+          f"{args.gpus_per_node} GPUs per node; step = waited transfers + sum over blocks of max(block, its hop) "
+          "(docs/cp.md)")
     print("strategy      cp  TFLOPs/s/GPU  compute ms  exposed comm ms  sent MiB")
     for r in table.itertuples():
         if r.tflops_per_gpu is None or pd.isna(r.tflops_per_gpu):

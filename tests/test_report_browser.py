@@ -61,7 +61,7 @@ def test_every_image_decodes_with_a_real_size(page):
     sizes = page.evaluate("Promise.all(Array.prototype.map.call(document.images, function (i) {"
                           " return i.decode().then(function () { return [i.naturalWidth, i.naturalHeight,"
                           " i.getBoundingClientRect().width]; }); }))", await_promise=True)
-    assert len(sizes) == 7
+    assert len(sizes) == 8  # matrix, 2 masks × (throughput, memory), CP scaling, efficiency, model
     assert all(w > 300 and h > 150 and shown > 0 for w, h, shown in sizes), sizes
 
 

@@ -97,8 +97,7 @@ def draw_figures(outdir: Path) -> list[Path]:
         _, predicted = cp_model.predictions(cp, kernels, strategies, mask, "fwd", 8192, FIGURE_SIZES)
         measured = cp[(cp["status"] == "ok") & (cp["mask"] == mask) & (cp["direction"] == "fwd")
                       & (cp["tokens_per_rank"] == 8192) & cp["strategy"].isin(strategies)]
-        theirs = published.rename(columns={"strategy": "label"}).assign(
-            strategy=published["longca_strategy"], label="MagiAttention's charts")
+        theirs = published.assign(strategy=published["longca_strategy"], label="MagiAttention's charts")
         fig = plots.cp_prediction_figure(
             predicted, measured[["strategy", "cp_size", "tflops_per_gpu"]],
             f"{mask}, forward, 8K tokens per GPU, H100\ndashed: predicted by longca predict (a model, not "

@@ -26,6 +26,7 @@ predicted as ``None`` with the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import json
@@ -220,10 +221,6 @@ class Cell:
                    int(row.seed) if pd.notna(row.seed) else 0,
                    int(row.heads_q), int(row.heads_kv), int(row.head_dim), ITEMSIZE.get(row.dtype, 2))
 
-    def built(self, cp_size: Optional[int] = None) -> AttnMask:
-        """The mask at the total length (``cp_size`` ranks' tokens, default the cell's)."""
-        return _mask(self.mask, self.tokens_per_rank * (cp_size or self.cp_size), self.mask_params, self.seed)
-
     @property
     def flops(self) -> float:
         return _flops(self.mask, self.tokens_per_rank * self.cp_size, self.mask_params, self.seed, self.heads_q,
@@ -294,14 +291,15 @@ class Model:
         if e is None:
             return {"tflops_per_gpu": None,
                     "why": f"no cp_size-1 row to fit {cell.strategy} {cell.mask} {cell.direction}"}
-        blocks = [self.block_seconds(b, cell.direction, e) for b in cell_blocks(cell)]
+        planned = cell_blocks(cell)
+        blocks = [self.block_seconds(b, cell.direction, e) for b in planned]
         overlap = comm_seconds(sent["overlap"], cell.cp_size, self.links, "ring")
         wait = comm_seconds(sent["wait"], cell.cp_size, self.links, "a2a")
         seconds = step_seconds(blocks, overlap, wait)
         compute = sum(blocks)
         return {"tflops_per_gpu": cell.flops / cell.cp_size / seconds / 1e12, "compute_ms": compute * 1e3,
                 "exposed_comm_ms": (seconds - compute) * 1e3, "sent_bytes": sent["overlap"] + sent["wait"],
-                "tiles": sum(t for t, _ in cell_blocks(cell)), "why": None}
+                "tiles": sum(t for t, _ in planned), "why": None}
 
     def predict(self, cell: Cell) -> Optional[float]:
         return self.step(cell)["tflops_per_gpu"]
@@ -374,6 +372,10 @@ def ranking_agreement(checked: pd.DataFrame, tie: float = 0.05) -> tuple[int, in
     return agree, total
 
 
+def _first(rows: pd.DataFrame) -> Cell:
+    """A measured row as a cell: its mask's parameters and seed, shapes and dtype, which the cells
+    predicted for it share."""
+    return Cell.from_row(next(rows.head(1).itertuples()))
 
 
 def predictions(cp: pd.DataFrame, kernels: pd.DataFrame, strategies: list[str], mask: str, direction: str,
@@ -394,11 +396,12 @@ def predictions(cp: pd.DataFrame, kernels: pd.DataFrame, strategies: list[str], 
     if nvlink_gbs is not None:
         model = Model(model.tile_s, model.efficiency, Links(nvlink_gbs, gpus_per_node, network_gbs), model.call_s,
                       model.row_s)
-    params, seed = rows.iloc[0]["mask_params"], int(rows.iloc[0]["seed"])
+    measured = _first(rows)
     out = []
     for p in cp_sizes:
         for strategy in strategies:
-            cell = Cell(strategy, mask, direction, tokens_per_rank, p, params, seed)
+            cell = dataclasses.replace(measured, strategy=strategy, direction=direction,
+                                       tokens_per_rank=tokens_per_rank, cp_size=p)
             out.append({"strategy": strategy, "cp_size": p, **model.step(cell)})
     return model, pd.DataFrame(out)
 
@@ -430,15 +433,11 @@ def report_prediction(cp: pd.DataFrame, kernels: pd.DataFrame, mask: str, sizes=
     direction = "fwd" if (rows["direction"] == "fwd").any() else rows["direction"].iloc[0]
     tokens = int(rows["tokens_per_rank"].min())
     rows = rows[(rows["direction"] == direction) & (rows["tokens_per_rank"] == tokens)]
-    first = rows.iloc[0]
+    measured = _first(rows)
     predicted = []
     for p in sorted(set(measured_sizes) | set(sizes)):
         for strategy in sorted(rows["strategy"].unique()):
-            cell = Cell(strategy, mask, direction, tokens, p,
-                        first["mask_params"] if isinstance(first["mask_params"], str) else "{}",
-                        int(first["seed"]) if pd.notna(first["seed"]) else 0,
-                        int(first["heads_q"]), int(first["heads_kv"]), int(first["head_dim"]),
-                        ITEMSIZE.get(first["dtype"], 2))
+            cell = dataclasses.replace(measured, strategy=strategy, cp_size=p)
             predicted.append({"strategy": strategy, "cp_size": p, "tflops_per_gpu": model.predict(cell)})
     check = "not checked on held-out cells (the run measured one CP size above 1)"
     if len(above) >= 2:

@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     world, rank = dist.get_world_size(), dist.get_rank()
     dtype, itemsize = (torch.bfloat16, 2) if cuda else (torch.float32, 4)
     device = "cuda" if cuda else "cpu"
-    name = torch.cuda.get_device_name() if cuda else "CPU (gloo)"
+    device_name = torch.cuda.get_device_name() if cuda else "CPU (gloo)"
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if cuda else None
     rows = []
     for mib in args.sizes_mib:
@@ -107,13 +107,13 @@ def main(argv=None) -> int:
             rows.append({"collective": name, "ranks": world, "payload_mib": mib, "sent_bytes": sent,
                          "median_ms": slowest, "rank_median_ms": every,
                          "gb_per_s": sent / (slowest * 1e-3) / 1e9 if sent else None,
-                         "device_name": name, "nccl_version": nccl})
+                         "device_name": device_name, "nccl_version": nccl})
     if rank == 0:
         args.outdir.mkdir(parents=True, exist_ok=True)
         with open(args.outdir / f"collectives_{world}.jsonl", "w") as fh:
             fh.writelines(json.dumps(r) + "\n" for r in rows)
         backend = f"NCCL {nccl}" if cuda else "gloo"
-        lines = [f"# Collectives on {world} × {name} ({backend})", "",
+        lines = [f"# Collectives on {world} × {device_name} ({backend})", "",
                  "GB/s = bytes this rank sends / the slowest rank's median time.", "",
                  "| collective | payload MiB | sent MiB | median ms | GB/s |", "|---|---|---|---|---|"]
         lines += [f"| {r['collective']} | {r['payload_mib']:g} | {r['sent_bytes'] / 2**20:.1f} | {r['median_ms']:.3f} | "

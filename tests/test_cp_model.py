@@ -126,8 +126,9 @@ def test_the_collective_bandwidth_benchmark_reports_each_collective_and_size(tmp
         (c, s) for s in (0.25, 1) for c in ("all_gather", "all_to_all", "reduce_scatter", "p2p_ring")]
     one_mib = {r["collective"]: r["sent_bytes"] for r in rows if r["payload_mib"] == 1}
     assert one_mib == {"all_gather": 2**20, "all_to_all": 2**19, "reduce_scatter": 2**19, "p2p_ring": 2**20}
-    assert all(r["median_ms"] > 0 and r["gb_per_s"] > 0 for r in rows)
-    assert "| all_to_all | 1 |" in (tmp_path / "collectives_2.md").read_text()
+    assert all(r["median_ms"] > 0 and r["gb_per_s"] > 0 and r["device_name"] == "CPU (gloo)" for r in rows)
+    page = (tmp_path / "collectives_2.md").read_text()
+    assert page.startswith("# Collectives on 2 × CPU (gloo) (gloo)") and "| all_to_all | 1 |" in page
 
 
 def test_the_prediction_figure_draws_predicted_measured_and_published_series():

@@ -80,6 +80,19 @@ def _median_ms(run, warmup: int, reps: int, cuda: bool) -> float:
     return statistics.median(times)
 
 
+def page(rows: list[dict]) -> str:
+    """The markdown page of ``collectives_<W>.jsonl``'s rows."""
+    first = rows[0]
+    backend = f"NCCL {first['nccl_version']}" if first["nccl_version"] else "gloo"
+    lines = [f"# Collectives on {first['ranks']} × {first['device_name']} ({backend})", "",
+             "GB/s = bytes this rank sends / the slowest rank's median time.", "",
+             "| collective | payload MiB | sent MiB | median ms | GB/s |", "|---|---|---|---|---|"]
+    lines += [f"| {r['collective']} | {r['payload_mib']:g} | {r['sent_bytes'] / 2**20:.1f} | {r['median_ms']:.3f} | "
+              f"{r['gb_per_s']:.0f} |" if r["gb_per_s"] else
+              f"| {r['collective']} | {r['payload_mib']:g} | 0 | {r['median_ms']:.3f} | – |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     cuda = torch.cuda.is_available()
@@ -112,14 +125,7 @@ def main(argv=None) -> int:
         args.outdir.mkdir(parents=True, exist_ok=True)
         with open(args.outdir / f"collectives_{world}.jsonl", "w") as fh:
             fh.writelines(json.dumps(r) + "\n" for r in rows)
-        backend = f"NCCL {nccl}" if cuda else "gloo"
-        lines = [f"# Collectives on {world} × {device_name} ({backend})", "",
-                 "GB/s = bytes this rank sends / the slowest rank's median time.", "",
-                 "| collective | payload MiB | sent MiB | median ms | GB/s |", "|---|---|---|---|---|"]
-        lines += [f"| {r['collective']} | {r['payload_mib']:g} | {r['sent_bytes'] / 2**20:.1f} | {r['median_ms']:.3f} | "
-                  f"{r['gb_per_s']:.0f} |" if r["gb_per_s"] else
-                  f"| {r['collective']} | {r['payload_mib']:g} | 0 | {r['median_ms']:.3f} | – |" for r in rows]
-        (args.outdir / f"collectives_{world}.md").write_text("\n".join(lines) + "\n")
+        (args.outdir / f"collectives_{world}.md").write_text(page(rows))
     dist.destroy_process_group()
     return 0
 

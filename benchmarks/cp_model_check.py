@@ -2,9 +2,10 @@
 
     python benchmarks/cp_model_check.py [--figures DIR] > docs/results/cp_model_2026-11-27.md
 
-Two held-out checks on the published CP tables, each fitted on one part and checked on another:
-4 × H100 (fitted at cp_size 2, checked at cp_size 4) and 2 × H200 (fitted at 16K tokens per GPU,
-checked at 64K); then the H100 model (fitted on its whole table) against the figures MagiAttention
+Three held-out checks on the published CP tables, each fitted on one part and checked on another:
+4 × H100 (fitted at cp_size 2, checked at cp_size 4), 2 × H200 (fitted at 16K tokens per GPU,
+checked at 64K) and 4 × H200 (measured after the model was written: fitted at cp_size 2, checked at
+cp_size 4); then the H100 model (fitted on its whole table) against the figures MagiAttention
 published for cp_size 8–64 on H100 at 8K tokens per GPU (``docs/data/magiattention_cp_h100.csv``,
 read from its charts), with a network it does not state: 50 GB/s per GPU (8 × 400 Gb/s per node)
 assumed.  Prints Markdown: per strategy and per mask the median |predicted / measured - 1|, the
@@ -30,6 +31,8 @@ CHECKS = [
     ("2 × H200", "cp_2xh200_2026-11-27", "h200_2026-11-23",
      lambda cp: cp["tokens_per_rank"] == 16384, lambda cp: cp["tokens_per_rank"] == 65536,
      "fitted at 16K tokens per GPU, checked at 64K"),
+    ("4 × H200", "cp_4xh200_2026-11-27", "h200_2026-11-23",
+     lambda cp: cp["cp_size"] <= 2, lambda cp: cp["cp_size"] == 4, "fitted at cp_size 2, checked at cp_size 4"),
 ]
 
 

@@ -207,7 +207,8 @@ def test_each_published_stage_measures_cells_of_its_table_with_the_table_setting
 
 
 CP_TABLES = [REPO / "docs" / "results" / name
-             for name in ("cp_4xh100_2026-11-27", "cp_4xh100_graphs_2026-11-27", "cp_2xh200_2026-11-27")]
+             for name in ("cp_4xh100_2026-11-27", "cp_4xh100_graphs_2026-11-27", "cp_2xh200_2026-11-27",
+                          "cp_4xh100_magi_2026-11-27", "cp_4xh200_2026-11-27")]
 # Strategies that are a library's own CP (its own dispatch and local calls), not LongCA's blocks.
 LIBRARY_CP = ("torch_cp", "magi")
 
@@ -245,7 +246,8 @@ def test_a_published_cp_table_is_cells_of_its_grid_gated_and_timed_by_the_slowes
         assert grid["timing"]["cuda_graph"] and ok["cuda_graph"].all()
 
 
-@pytest.mark.parametrize("page, kernel_table", [(CP_TABLES[1], "h100_2026-11-23"), (CP_TABLES[2], "h200_2026-11-23")],
+@pytest.mark.parametrize("page, kernel_table", [(CP_TABLES[1], "h100_2026-11-23"), (CP_TABLES[2], "h200_2026-11-23"),
+                                                (CP_TABLES[3], "h100_2026-11-23"), (CP_TABLES[4], "h200_2026-11-23")],
                          ids=lambda p: getattr(p, "name", p))
 def test_the_cp_pages_best_strategy_table_is_what_its_parquet_says(page, kernel_table):
     """The table on a graph-timed CP page is benchmarks/cp_summary.py's output on the committed
@@ -256,3 +258,20 @@ def test_the_cp_pages_best_strategy_table_is_what_its_parquet_says(page, kernel_
     table = best_table(parquet.load(page / "cp.parquet"),
                        parquet.load(REPO / "docs" / "results" / kernel_table / "kernels.parquet"), 0.05)
     assert table in (page / "README.md").read_text()
+
+
+def test_the_4xh200_cp_table_is_run_1_completed_by_run_2_and_its_run_to_run_page_is_the_scripts():
+    """cp_4xh200: each run's own table is committed; the published one is run 1's rows plus run 2's
+    for the cells run 1 did not reach, and run_to_run.md is benchmarks/run_to_run.py on the two."""
+    from benchmarks.run_to_run import summary
+    from longca.results import parquet
+
+    page = CP_TABLES[4]
+    table, run1, run2 = (parquet.load(page / f) for f in ("cp.parquet", "cp_run1.parquet", "cp_run2.parquet"))
+    only_run2 = run2[~run2["cell_id"].isin(run1["cell_id"])]
+    assert len(only_run2) > 0 and len(table) == len(run1) + len(only_run2)
+    expected = pd.concat([run1, only_run2]).set_index("cell_id").sort_index()
+    got = table.set_index("cell_id").sort_index()
+    assert got.index.equals(expected.index)
+    assert (got["median_ms"].fillna(-1) == expected["median_ms"].fillna(-1)).all()
+    assert summary(run1, run2) in (page / "run_to_run.md").read_text()

@@ -270,11 +270,12 @@ def seqlen_winner_grid(df: pd.DataFrame, masks: list[str] | None = None, tie_mar
 CELL_KEYS = ["kernel", "mask", "seqlen", "direction", "dtype"]
 
 
-def _ok_on_both(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    """The cells ok on both machines, columns suffixed ``_a`` and ``_b``; the problem shape must be
-    the same on both sides (a mismatch raises: a ratio would mean nothing)."""
+def ok_on_both(a: pd.DataFrame, b: pd.DataFrame, keys: list[str] = CELL_KEYS, value: str = "tflops") -> pd.DataFrame:
+    """The cells (matched on ``keys``) with a ``value`` on both machines, columns suffixed ``_a`` and
+    ``_b``; the problem shape must be the same on both sides (a mismatch raises: a ratio would mean
+    nothing)."""
     shape = ["batch", "heads_q", "heads_kv", "head_dim"]
-    both = ok_rows(a).merge(ok_rows(b), on=CELL_KEYS, suffixes=("_a", "_b"))
+    both = ok_rows(a, value).merge(ok_rows(b, value), on=keys, suffixes=("_a", "_b"))
     differ = [c for c in shape if c + "_a" in both and (both[c + "_a"] != both[c + "_b"]).any()]
     if differ:
         raise ValueError(f"the two runs measured different problem shapes ({', '.join(differ)}): no ratio")
@@ -286,7 +287,7 @@ def device_ratios(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 
     Cells are matched by kernel, mask, length, direction and dtype; the problem shape must be the
     same on both sides (a mismatch raises: the ratio would mean nothing)."""
-    both = _ok_on_both(a, b)
+    both = ok_on_both(a, b)
     out = both[CELL_KEYS + ["tflops_a", "tflops_b"]].copy()
     out["ratio"] = out["tflops_b"] / out["tflops_a"]
     return out.reset_index(drop=True)
@@ -296,7 +297,7 @@ def memory_ratios(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """Per kernel cell ok on both machines with a memory figure on both: ``mem_a``, ``mem_b`` (bytes)
     and ``ratio`` (b / a).  One call's need is a property of the cell, not of the GPU: on two GPUs of
     one architecture and the same software, the ratio should be 1."""
-    both = _ok_on_both(a, b)
+    both = ok_on_both(a, b)
     both = both[both["peak_mem_bytes_a"].notna() & both["peak_mem_bytes_b"].notna()]
     out = both[CELL_KEYS].copy()
     out["mem_a"], out["mem_b"] = both["peak_mem_bytes_a"].astype(float), both["peak_mem_bytes_b"].astype(float)

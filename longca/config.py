@@ -272,8 +272,18 @@ def _non_finite(value: Any, path: tuple = ()) -> list[jsonschema.ValidationError
     return [e for key, item in items for e in _non_finite(item, (*path, key))]
 
 
+# Document-length histograms shipped with LongCA, by the name a config gives as `histogram:`
+# (docs/masks.md says where each comes from).  Here, not in varlen.py: a name is resolved to its bins
+# when the config is read, so measuring code never sees it (and varlen.py's cache key stays).
+SHIPPED_HISTOGRAMS = {
+    "magi_cp_docs": varlen.DATA_DIR / "doclen_magi_cp.csv",
+    "magi_long_docs": varlen.DATA_DIR / "doclen_magi_long.csv",
+}
+
+
 def _inline_histograms(config: dict) -> None:
-    """Replace a histogram file path in a mask's params by the file's bins and weights.
+    """Replace a histogram file path (or a shipped histogram's name) in a mask's params by the file's
+    bins and weights.
 
     So the cells' settings (their cache key) change when the file's content changes, and a cell
     needs no file at run time (cluster jobs may run elsewhere)."""
@@ -281,8 +291,9 @@ def _inline_histograms(config: dict) -> None:
     for i, item in enumerate(config["masks"]):
         params = item.get("params", {}) if isinstance(item, dict) else {}
         if isinstance(params.get("histogram"), str):
+            source = SHIPPED_HISTOGRAMS.get(params["histogram"], params["histogram"])
             try:
-                params["histogram"] = varlen.load_histogram(params["histogram"]).as_dict()
+                params["histogram"] = varlen.load_histogram(source).as_dict()
             except ValueError as exc:
                 raise ConfigError(f"invalid LongCA configuration:\n  config.masks[{i}].params.histogram: {exc}")
 

@@ -128,3 +128,26 @@ def test_a_yaml_error_names_the_file_and_line(tmp_path):
     with pytest.raises(ConfigError) as err:
         merge_files([path])
     assert f"{path}, line 3, column 6: not valid YAML" in str(err.value), str(err.value)
+
+
+def test_a_shipped_histogram_is_named_and_inlined_and_an_unknown_name_is_named():
+    """`histogram: magi_cp_docs` (or magi_long_docs) in a mask's params becomes the packaged file's
+    bins in the cell's settings; a name that is neither shipped nor a file is an error naming it."""
+    from longca import config as config_mod
+    from longca.attention import masks, varlen
+
+    base = {**BASE, "masks": [{"name": "docs", "pattern": "varlen_causal", "params": {"histogram": "magi_cp_docs"}},
+                      {"name": "long", "pattern": "varlen_causal", "params": {"histogram": "magi_long_docs"}}],
+            "cp_strategies": []}
+    cfg = validate(base)
+    short = cell_settings(cfg, "sdpa", "docs", 8192, "fwd", "float32")["mask_params"]["histogram"]
+    assert short == varlen.load_histogram(config_mod.SHIPPED_HISTOGRAMS["magi_cp_docs"]).as_dict()
+    assert (short["lo"][0], short["hi"][-1], len(short["lo"])) == (1, 196609, 14)
+    long = cell_settings(cfg, "sdpa", "long", 8192, "fwd", "float32")["mask_params"]["histogram"]
+    assert long["hi"][-1] == 4 * 2**20
+    # Short documents by default: an 8K sequence packs a dozen; the long histogram gives one.
+    assert len(masks.build("varlen_causal", 8192, seed=1, histogram=short).slices) > 5
+    assert len(masks.build("varlen_causal", 8192, seed=1, histogram=long).slices) == 1
+    with pytest.raises(ConfigError, match="nosuch_docs"):
+        validate({**BASE, "masks": [{"name": "d", "pattern": "varlen_causal", "params": {"histogram": "nosuch_docs"}}],
+                  "cp_strategies": []})

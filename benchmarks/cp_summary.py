@@ -28,7 +28,7 @@ def _k(n: int) -> str:
 
 
 def best_table(cp: pd.DataFrame, kernels: pd.DataFrame, tie: float) -> str:
-    rows = tables.cp_efficiency(cp, kernels)
+    rows = tables.cp_efficiency(tables.layout_means(cp), kernels)  # a cell's layouts: their mean
     ok = rows[(rows["status"] == "ok") & (rows["cp_size"] > 1)]
     lines = ["| mask | tokens/GPU | dir | cp | best (of n) | TFLOPs/s per GPU (p20–p80) | tied within "
              f"{tie:.0%} | scaling vs cp 1 | vs best one GPU | best one-GPU kernel | area max/mean |",

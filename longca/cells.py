@@ -22,6 +22,22 @@ CP_FILE = "results/cells/cp/" + CP_NAME + ".json"
 CP_LOG = "results/logs/cp/" + CP_NAME + ".log"
 CP_UNPLACED_FILE = "results/cells/cp_unplaced/" + CP_NAME + ".json"  # a cell this run cannot place
 
+# A CP cell of a document mask measured on another document layout (config `cp_layouts`): its mask
+# is spelled ``<mask>~layout<i>``.  Layout 0 is the mask's own name, so a cell keeps its name (and
+# its row) whether or not more layouts are asked for.
+LAYOUT_MARK = "~layout"
+
+
+def layout_mask(mask: str, layout: int) -> str:
+    """The mask a CP cell of layout ``layout`` names (``mask`` itself for layout 0)."""
+    return mask if layout == 0 else f"{mask}{LAYOUT_MARK}{layout}"
+
+
+def split_layout(mask: str) -> tuple[str, int]:
+    """``(the config's mask name, layout)`` of a CP cell's mask (``layout_mask``'s inverse)."""
+    base, mark, layout = mask.rpartition(LAYOUT_MARK)
+    return (base, int(layout)) if mark and layout.isdigit() else (mask, 0)
+
 
 @dataclass(frozen=True)
 class KernelCell:

@@ -20,7 +20,7 @@ import yaml
 
 from . import timing_spec
 from .attention import masks, varlen
-from .cells import CPCell, KernelCell, cell_name  # noqa: F401 — the grid's cells, named in cells.py
+from .cells import CPCell, KernelCell, cell_name, layout_mask, split_layout  # noqa: F401 — the grid's cells, named in cells.py
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "config.schema.yaml"  # package data (pyproject.toml)
 
@@ -389,20 +389,26 @@ def cp_cells(config: dict) -> Iterator[CPCell]:
     # null: every mask; a list selects (empty when every name in it was dropped: no CP cells).
     masks_ = [e.name for e in mask_entries(config)] if config["cp_masks"] is None else config["cp_masks"]
     tokens = config["cp_tokens_per_rank"] or config["seqlens"]
+    # `cp_layouts` more document layouts for a mask whose documents are drawn (not given).
+    drawn = {e.name for e in mask_entries(config)
+             if e.pattern in masks.DOCUMENT_PATTERNS and "documents" not in e.params}
     for strategy, mask, n, size, direction, dtype in itertools.product(
             config["cp_strategies"], masks_, tokens, config["cp_sizes"], config["directions"], config["dtypes"]):
-        yield CPCell(strategy, mask, n, size, direction, dtype)
+        for layout in range(config["cp_layouts"] if mask in drawn else 1):
+            yield CPCell(strategy, layout_mask(mask, layout), n, size, direction, dtype)
 
 
 def cp_cell_settings(config: dict, strategy: str, mask: str, tokens_per_rank: int, cp_size: int,
                      direction: str, dtype: str) -> dict:
-    """Exactly the resolved settings that determine one CP cell's number (its cache key)."""
-    entry = {e.name: e for e in mask_entries(config)}[mask]
+    """Exactly the resolved settings that determine one CP cell's number (its cache key).  A cell of
+    layout i (``<mask>~layout<i>``) is its mask's with seed + i."""
+    base, layout = split_layout(mask)
+    entry = {e.name: e for e in mask_entries(config)}[base]
     settings = {
         "strategy": strategy, "mask": mask, "pattern": entry.pattern, "mask_params": entry.params,
         "seqlen": int(tokens_per_rank) * int(cp_size), "cp_size": int(cp_size), "direction": direction,
         "dtype": dtype, "batch": config["batch"], "heads_q": config["heads_q"], "heads_kv": config["heads_kv"],
-        "head_dim": config["head_dim"], "seed": config["seed"], "gate_seqlen": config["gate_seqlen"],
+        "head_dim": config["head_dim"], "seed": config["seed"] + layout, "gate_seqlen": config["gate_seqlen"],
         "device": config["device"], **timing_spec.cp_settings(config["timing"]),
     }
     options = config.get("cp_options", {}).get(strategy)

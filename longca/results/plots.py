@@ -483,7 +483,9 @@ def kernel_figures(df: pd.DataFrame, mask: str, throughput_out, memory_out, ceil
 
 def cp_figures(cp: pd.DataFrame, kernels: pd.DataFrame, mask: str, scaling_out, efficiency_out,
                ceilings: dict | None = None, prediction_out=None) -> None:
-    """The per-mask CP figures (what rule plot_cp_mask writes)."""
+    """The per-mask CP figures (what rule plot_cp_mask writes), over the mean of each cell's document
+    layouts (``tables.layout_means``)."""
+    cp = tables.layout_means(cp)
     save(cp_scaling_figure(cp, mask, ceilings), scaling_out)
     save(cp_efficiency_figure(cp, kernels, mask), efficiency_out)
     if prediction_out is not None:

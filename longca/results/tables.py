@@ -450,6 +450,41 @@ def cp_efficiency(cp: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def layout_means(cp: pd.DataFrame) -> pd.DataFrame:
+    """One row per CP cell measured on several document layouts (config ``cp_layouts``: cells
+    ``<mask>~layout<i>``): named as layout 0's cell, its per-GPU TFLOPs/s (and p20/p80, median_ms,
+    FLOPs) the mean over the layouts that ran ok, with ``layouts`` (how many) and ``layout_min`` /
+    ``layout_max`` (their per-GPU TFLOPs/s); ok when any layout is.  A table without such cells is
+    returned as it is (no new columns)."""
+    from ..cells import split_layout
+
+    if cp is None or cp.empty or "mask" not in cp.columns:
+        return cp
+    split = [split_layout(m) for m in cp["mask"]]
+    if not any(layout for _, layout in split):
+        return cp
+    out = cp.copy()
+    out["mask"] = [base for base, _ in split]
+    out["cell_id"] = [cid.replace(mask, base, 1) for cid, mask, (base, _) in zip(cp["cell_id"], cp["mask"], split)]
+    out["_layout"] = [layout for _, layout in split]
+    rows = []
+    for _, group in out.sort_values("_layout").groupby("cell_id", sort=False):
+        row = group.iloc[0].copy()
+        ok = group[(group["status"] == "ok") & group["tflops_per_gpu"].notna()]
+        row["layouts"] = len(ok)
+        row["layout_min"] = ok["tflops_per_gpu"].min() if len(ok) else np.nan
+        row["layout_max"] = ok["tflops_per_gpu"].max() if len(ok) else np.nan
+        if len(ok):
+            first = ok.iloc[0]
+            for column in ("tflops_per_gpu", "tflops_per_gpu_p20", "tflops_per_gpu_p80", "median_ms", "flops"):
+                if column in ok.columns:
+                    row[column] = ok[column].mean()
+            for column in ("status", "reason"):
+                row[column] = first[column]
+        rows.append(row)
+    return pd.DataFrame(rows).drop(columns="_layout").reset_index(drop=True)
+
+
 def rank_imbalance(rank_area: Iterable) -> list[float]:
     """Per row: max over mean of the ranks' attended pairs (NaN where not recorded or all zero)."""
     return [max(a) / (sum(a) / len(a)) if isinstance(a, (list, np.ndarray)) and len(a) and sum(a) else np.nan
@@ -457,8 +492,9 @@ def rank_imbalance(rank_area: Iterable) -> list[float]:
 
 
 def cp_table(cp: pd.DataFrame | None, kernels: pd.DataFrame) -> pd.DataFrame:
-    """The CP table the report shows: ``cp_efficiency`` plus ``imbalance`` (``rank_imbalance``)."""
-    cp = cp_efficiency(empty_cp() if cp is None else cp, kernels)
+    """The CP table the report shows: ``cp_efficiency`` (over ``layout_means``) plus ``imbalance``
+    (``rank_imbalance``)."""
+    cp = cp_efficiency(empty_cp() if cp is None else layout_means(cp), kernels)
     if len(cp) and "rank_area" in cp.columns:
         cp["imbalance"] = rank_imbalance(cp["rank_area"])
     return cp

@@ -77,3 +77,19 @@ def test_the_workflow_measures_each_layout_and_the_report_shows_their_mean(tmp_p
     assert ">layouts<" in report and "ring/docs~layout1" not in report.split('id="cp-table"')[1].split("</table>")[0]
     write_config(tmp_path, {**grid, "cp_layouts": 1})
     assert planned_cells(tmp_path) == set()
+
+
+def test_a_failed_layout_is_listed_among_the_reports_failed_cells_though_its_cell_ran_ok(tmp_path):
+    """The CP table averages a cell's ok layouts; the failed cells keep every layout's own row."""
+    import report_data as rd
+
+    from longca.results import report
+
+    rows = rd.cp_rows()
+    ok = next(r for r in rows if r["status"] == "ok" and r["cp_size"] == 2)
+    failed = {**ok, "cell_id": ok["cell_id"].replace("/causal/", "/causal~layout1/"), "mask": "causal~layout1",
+              "status": "error", "reason": "layout 1 crashed", "tflops_per_gpu": None}
+    cp = pd.concat([rd.cp_df(), pd.DataFrame([failed])], ignore_index=True)
+    ctx = report.context(rd.kernels_df(), cp=cp)
+    assert failed["cell_id"] in {f["cell_id"] for f in ctx["failed"]}
+    assert failed["cell_id"] not in {r["cell_id"] for r in tables.cp_table(cp, rd.kernels_df()).to_dict("records")}

@@ -365,6 +365,9 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
     ``not_measured``: the grid's cells with no row (``tables.not_measured``), for a report rendered
     before its run finished."""
     figures = figures or Figures()
+    # Every CP row as measured: a failed document layout is listed among the failed cells even where
+    # another layout of its cell ran ok (the CP table shows one row per cell, over its layouts).
+    cp_measured = tables.empty_cp() if cp is None else cp
     cp = tables.cp_table(cp, kernels)
     masks = tables.mask_order(kernels, masks)
 
@@ -387,7 +390,7 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
 
     # Failed cells, kernel and CP, with their reason, log and the row behind them.
     failed = [{**f, "row_id": (kernel_ids if f["kind"] == "kernel" else cp_ids).get(f["cell_id"]),
-               "reason": fmt_text(f["reason"])} for f in tables.failed_cells(kernels, cp)]
+               "reason": fmt_text(f["reason"])} for f in tables.failed_cells(kernels, cp_measured)]
 
     # Figures with captions.
     kernel_figs = []

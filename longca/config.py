@@ -316,10 +316,11 @@ def _check_semantics(config: dict) -> None:
             # Parameters are checked by building the mask at every length (cheap: slices only).
             for seqlen in config["seqlens"]:
                 try:
-                    masks.build(entry.pattern, seqlen, seed=config["seed"], **entry.params)
+                    masks.build(entry.pattern, seqlen, seed=config["seed"], **head_params(config, entry))
                 except ValueError as exc:
                     problems.append(f"config.masks[{i}] ({entry.name}) at seqlen {seqlen}: {exc}")
                     break
+            problems += _head_pattern_problems(config, i, entry)
         if entry.name in labels:
             problems.append(f"config.masks[{i}]: mask name {entry.name!r} appears twice")
         labels.add(entry.name)
@@ -337,6 +338,26 @@ def _check_semantics(config: dict) -> None:
                         f"config.heads_kv = {config['heads_kv']}")
     if problems:
         raise ConfigError("invalid LongCA configuration:\n  " + "\n  ".join(problems))
+
+
+def _head_pattern_problems(config: dict, i: int, entry: MaskEntry) -> list[str]:
+    """A per-head pattern's heads must be the grid's, its gate length a multiple of its block."""
+    if entry.pattern not in masks.HEAD_PATTERNS or config["heads_q"] % config["heads_kv"]:
+        return []
+    problems = []
+    grid = {"heads": config["heads_kv"], "group": config["heads_q"] // config["heads_kv"]}
+    for key, value in grid.items():
+        if entry.params.get(key, value) != value:
+            problems.append(f"config.masks[{i}] ({entry.name}).params.{key}: {entry.params[key]!r}, but the grid "
+                            f"has {value} (heads_q {config['heads_q']}, heads_kv {config['heads_kv']}); leave it out")
+    block = entry.params.get("block", masks.SPARSE_BLOCK)
+    if config["gate_seqlen"] % block:
+        problems.append(f"config.gate_seqlen: {config['gate_seqlen']} is not a multiple of mask "
+                        f"{entry.name!r}'s block {block} (its gate keeps the block)")
+    if config["cp_strategies"] and (config["cp_masks"] is None or entry.name in config["cp_masks"]):
+        problems.append(f"config.cp_masks: {entry.name!r} has a pattern per KV head, which CP strategies do not "
+                        "take (they run one mask for every head); list the CP masks without it")
+    return problems
 
 
 def _cp_problems(config: dict, mask_labels: set[str]) -> list[str]:
@@ -448,11 +469,19 @@ def named_cells(config: dict, names: list[str]) -> list[KernelCell]:
     return [by_name[n] for n in names]
 
 
+def head_params(config: dict, entry: MaskEntry) -> dict:
+    """A mask entry's parameters, with a per-head pattern's ``heads`` and ``group`` (query heads per
+    KV head) from the grid's ``heads_kv`` and ``heads_q`` (``masks.HEAD_PATTERNS``)."""
+    if entry.pattern not in masks.HEAD_PATTERNS:
+        return entry.params
+    return {"heads": config["heads_kv"], "group": config["heads_q"] // config["heads_kv"], **entry.params}
+
+
 def cell_settings(config: dict, kernel: str, mask: str, seqlen: int, direction: str, dtype: str) -> dict:
     """Exactly the resolved settings that determine one kernel cell's number (its cache key)."""
     entry = {e.name: e for e in mask_entries(config)}[mask]
     settings = {
-        "kernel": kernel, "mask": mask, "pattern": entry.pattern, "mask_params": entry.params,
+        "kernel": kernel, "mask": mask, "pattern": entry.pattern, "mask_params": head_params(config, entry),
         "seqlen": int(seqlen), "direction": direction, "dtype": dtype,
         "batch": config["batch"], "heads_q": config["heads_q"], "heads_kv": config["heads_kv"],
         "head_dim": config["head_dim"], "seed": config["seed"], "gate_seqlen": config["gate_seqlen"],

@@ -128,7 +128,7 @@ def problem_files(kernel: str, code: tuple[str, ...] = ()) -> list[Path]:
     from .. import kernels
     from .measure.parts import PROBLEM_CODE
 
-    return [PACKAGE / p for p in PROBLEM_CODE + tuple(code)] + [kernels.source_file(kernel)]
+    return [PACKAGE / p for p in PROBLEM_CODE + tuple(code)] + kernels.source_files(kernel)
 
 
 def part_files(part: str, kernel: str) -> list[Path]:

@@ -24,4 +24,17 @@ def source_file(name: str) -> Path:
     return Path(inspect.getfile(type(get(name))))
 
 
-__all__ = ["Kernel", "REGISTRY", "register", "get", "names", "source_file"]
+def source_files(name: str) -> list[Path]:
+    """Every file kernel ``name``'s cells depend on besides the problem's code: the module that
+    defines it, the modules of this package its class inherits from (not ``base``, which is in
+    every key) and the mask code it declares (a ``mask_code`` tuple of paths relative to the package root, on
+    the kernels that run a pattern of their own, e.g. ``block_sparse_heads``)."""
+    kernel = get(name)
+    here = Path(__file__).parent
+    files = [Path(inspect.getfile(cls)) for cls in type(kernel).__mro__
+             if cls.__module__.startswith(__name__ + ".") and cls.__module__ != f"{__name__}.base"]
+    files += [here.parent / p for p in getattr(kernel, "mask_code", ())]
+    return list(dict.fromkeys(files))
+
+
+__all__ = ["Kernel", "REGISTRY", "register", "get", "names", "source_file", "source_files"]

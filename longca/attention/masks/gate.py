@@ -12,8 +12,9 @@ boundaries would then pass.  So the gate's mask keeps the full-size mask's shape
   a prefix that is neither empty nor everything, a block shorter than the longest document);
 * documents are the full-size mask's, scaled; when fewer than ``MIN_DOCUMENTS`` survive, the gate
   uses ``MIN_DOCUMENTS`` documents of uneven lengths whose boundaries fall inside kernel tiles;
-* ``full`` and ``causal`` have nothing to keep; ``custom`` and ``block_sparse`` already keep their
-  shape at a multiple of their base length or block (``gate_seqlen``).
+* ``full`` and ``causal`` have nothing to keep; ``custom``, ``block_sparse`` and
+  ``block_sparse_heads`` already keep their shape at a multiple of their base length or block
+  (``gate_seqlen``; config holds a ``block_sparse_heads`` gate length to a multiple of its block).
 
 ``gate_params`` returns the parameters to build the pattern with at the gate length;
 ``tests/test_gate_masks.py`` holds every pattern to "never full or causal unless it is one".
@@ -25,6 +26,7 @@ from typing import Any, Callable
 
 from .block_sparse import BLOCK_SPARSE
 from .custom import CUSTOM
+from .head_blocks import BLOCK_SPARSE_HEADS
 from .patterns import DOCUMENT_PATTERNS
 from .slices import AttnMask
 
@@ -89,12 +91,20 @@ def _prefix(pattern: str, value: int, ratio: float, n: int, docs: list[int]) -> 
     return _inside(_scaled(value, ratio), max(2, span // 8), max(2, span - span // 8))
 
 
+# Patterns that keep their shape at any multiple of their base length or block: the gate builds
+# them with these parameters of the cell's mask (a per-head pattern keeps its heads too).
+KEPT_AT_GATE: dict[str, tuple[str, ...]] = {
+    CUSTOM: ("slices", "base_seqlen"),
+    BLOCK_SPARSE: ("block", "density", "causal"),
+    BLOCK_SPARSE_HEADS: ("kept", "block", "heads", "group"),
+}
+
+
 def gate_params(pattern: str, mask: AttnMask, n: int) -> dict[str, Any]:
     """The parameters to build ``pattern`` with at ``n`` tokens so that it keeps the shape of
     ``mask`` (the cell's full-size mask, its resolved parameters in ``mask.params``)."""
-    if pattern in (CUSTOM, BLOCK_SPARSE):
-        keep = {CUSTOM: ("slices", "base_seqlen"), BLOCK_SPARSE: ("block", "density", "causal")}[pattern]
-        return {k: mask.params[k] for k in keep if k in mask.params}
+    if pattern in KEPT_AT_GATE:
+        return {k: mask.params[k] for k in KEPT_AT_GATE[pattern] if k in mask.params}
     ratio = n / mask.seqlen_q
     params: dict[str, Any] = {}
     docs = [n]

@@ -25,6 +25,7 @@ import torch
 
 from ... import kernels, timing_spec
 from ...attention.flops import attention_flops
+from ...attention.masks import kernel_takes
 from ...attention.problem import ProblemSpec
 from ...kernels.base import Kernel, Unsupported
 from ...timing_spec import CountedTiming, TimingSpec
@@ -144,7 +145,8 @@ def run_cell(spec: CellSpec, store: Store | None = None) -> dict[str, Any]:
         row.update(area=mask.area(), density=mask.density(),
                    flops=attention_flops(mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch),
                    mask_params_resolved=json.dumps(dict(mask.params), sort_keys=True, default=str))
-        reason = kernel.supports(problem) or _gate_reason(kernel, problem, spec.gate_seqlen)
+        reason = (kernel_takes(kernel, mask) or kernel.supports(problem)
+                  or _gate_reason(kernel, problem, spec.gate_seqlen))
         if reason:
             failure = ("unsupported", reason)
         else:

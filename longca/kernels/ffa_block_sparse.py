@@ -1,0 +1,67 @@
+"""FFA on a per-head block pattern: each KV head's kept tiles as query/key ranges.
+
+FFA takes one list of (query range, key range) pairs for all heads, so a pattern that differs per
+KV head is run the way MagiAttention's block-sparse benchmark runs it: each KV head becomes its own
+stretch of tokens.  Queries go in as ``(kv heads · tokens, group, head_dim)`` (the query heads of a
+KV head's group stay heads, GQA native) and keys and values as ``(kv heads · tokens, 1,
+head_dim)``; head ``h``'s ranges are offset by ``h · tokens``, one pair per run of consecutive
+kept key tiles of a query tile.  The layout change from LongCA's ``(batch, tokens, heads,
+head_dim)`` inputs and back is three copies in and one out (in the backward, their gradients),
+inside the timed call: what a caller with token-major tensors pays.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..attention.masks import HeadBlockMask, SliceKind
+from ..attention.problem import Problem
+from . import register
+from .magi_ffa import FFA_TYPE, MagiFFA
+
+
+def head_ranges(mask: HeadBlockMask, batch: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """``(q_ranges, k_ranges)``, each ``(n, 2)``: every run of kept key tiles of every query tile
+    of every KV head, head ``h`` of sequence ``b`` at token offset ``(b · heads + h) · seqlen``."""
+    heads, rows, first, end = mask.runs()
+    b, n = mask.block, mask.seqlen_q
+    per_seq_q = np.stack([heads * n + rows * b, heads * n + (rows + 1) * b], axis=1)
+    per_seq_k = np.stack([heads * n + first * b, heads * n + end * b], axis=1)
+    shift = (np.arange(batch) * mask.heads * n).repeat(len(rows))[:, None]
+    return np.tile(per_seq_q, (batch, 1)) + shift, np.tile(per_seq_k, (batch, 1)) + shift
+
+
+class FFABlockSparse(MagiFFA):
+    name = "ffa_block_sparse"
+    description = "FFA with each KV head's kept tiles as ranges (block_sparse_heads masks)"
+    head_masks = True
+    mask_code = ("attention/masks/head_blocks.py",)
+
+    def supports_mask(self, problem: Problem) -> str | None:
+        if not isinstance(problem.mask, HeadBlockMask):
+            return f"{self.name} runs per-head block patterns (block_sparse_heads); other masks: ffa"
+        return None
+
+    def prepare(self, problem: Problem) -> dict[str, Any]:
+        q_ranges, k_ranges = head_ranges(problem.mask, problem.batch)
+        as_tensor = lambda x: torch.as_tensor(x, dtype=torch.int32, device=problem.device)  # noqa: E731
+        types = np.full(len(q_ranges), FFA_TYPE[SliceKind.FULL])
+        return {"q_ranges": as_tensor(q_ranges), "k_ranges": as_tensor(k_ranges),
+                "attn_type_map": as_tensor(types), "ranges": len(types)}
+
+    def forward(self, q, k, v, prepared):
+        b, s, hq, d = q.shape
+        hk = k.shape[2]
+        g = hq // hk
+        heads_major = q.view(b, s, hk, g, d).transpose(1, 2).reshape(b * hk * s, g, d)
+        keys = k.transpose(1, 2).reshape(b * hk * s, 1, d)
+        values = v.transpose(1, 2).reshape(b * hk * s, 1, d)
+        out, _meta = self._load()(heads_major, keys, values, q_ranges=prepared["q_ranges"],
+                                  k_ranges=prepared["k_ranges"], attn_type_map=prepared["attn_type_map"])
+        return out.view(b, hk, s, g, d).transpose(1, 2).reshape(b, s, hq, d)
+
+
+register(FFABlockSparse())

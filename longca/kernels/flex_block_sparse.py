@@ -1,0 +1,90 @@
+"""FlexAttention on a per-head block pattern: a ``BlockMask`` made directly from the kept tiles.
+
+The sparse study's masks (``block_sparse_heads``) differ per KV head, so the ``BlockMask`` has one
+row of kept key tiles per query head and tile (each KV head's table repeated for its query group:
+FlexAttention indexes the mask by query head).  Every kept tile is whole, so the tiles go in as
+*full* blocks on a GPU (no ``mask_mod`` is evaluated inside them) and the ``BlockMask``'s tile is the
+pattern's own block.  FlexAttention's default Triton tile on a GPU is 128 queries: for a 64-token
+block the forward is asked for 64 × 64 tiles (``BLOCK_M``/``BLOCK_N``), which the block must be a
+multiple of.  The ``BlockMask`` is made and the function compiled in ``prepare``, untimed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..attention.masks import HeadBlockMask
+from ..attention.problem import Problem
+from . import register
+from .flex import FlexAttention, _compiled, no_silent_fallback
+
+DEFAULT_TILE = 128  # FlexAttention's forward query tile; smaller blocks ask for their own size
+
+
+def kept_tile_indices(mask: HeadBlockMask, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(counts, indices)`` of the kept key tiles per (query head, query tile), as
+    ``BlockMask.from_kv_blocks`` takes them: ``(1, heads_q, tiles)`` and ``(1, heads_q, tiles,
+    tiles)`` int32, each row's kept tiles first in key order."""
+    table = torch.from_numpy(mask.kept_blocks).repeat_interleave(mask.group, dim=0)
+    counts = table.sum(-1, dtype=torch.int32)
+    # A stable sort of "not kept" puts the kept tiles first, in key order.
+    indices = torch.argsort((~table).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    return counts.unsqueeze(0).to(device), indices.unsqueeze(0).to(device)
+
+
+class FlexBlockSparse(FlexAttention):
+    name = "flex_block_sparse"
+    description = "FlexAttention with a BlockMask of each head's kept tiles (block_sparse_heads masks)"
+    head_masks = True
+    mask_code = ("attention/masks/head_blocks.py",)
+
+    def supports_mask(self, problem: Problem) -> str | None:
+        if not isinstance(problem.mask, HeadBlockMask):
+            return f"{self.name} runs per-head block patterns (block_sparse_heads); other masks: flex"
+        return super().supports_mask(problem)
+
+    def _prepared(self, problem: Problem) -> dict[str, Any]:
+        from torch.nn.attention.flex_attention import BlockMask
+
+        mask: HeadBlockMask = problem.mask
+        counts, indices = kept_tile_indices(mask, problem.device)
+        if problem.device.type == "cuda":
+            block_mask = BlockMask.from_kv_blocks(torch.zeros_like(counts), indices, counts, indices,
+                                                  BLOCK_SIZE=mask.block)
+        else:
+            # torch's CPU template does not compile a BlockMask of full blocks only (C++ error
+            # "'kv_indices' was not declared", torch 2.13): on a CPU the kept tiles go in as
+            # partial blocks with no mask_mod, the same attention.
+            block_mask = BlockMask.from_kv_blocks(counts, indices, BLOCK_SIZE=mask.block)
+        options = None
+        if problem.device.type == "cuda" and mask.block < DEFAULT_TILE:
+            options = {"BLOCK_M": mask.block, "BLOCK_N": mask.block}
+        return {"block_mask": block_mask, "block_size": mask.block, "tile_density": mask.params["kept_actual"],
+                "enable_gqa": problem.gqa, "inference_only": problem.device.type == "cpu",
+                "flex_tile_options": options}
+
+    def forward(self, q, k, v, prepared):
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if prepared["inference_only"]:
+            q, k, v = q.detach(), k.detach(), v.detach()
+        out = _compiled(self.fullgraph)(q, k, v, block_mask=prepared["block_mask"],
+                                        enable_gqa=prepared["enable_gqa"],
+                                        kernel_options=prepared["flex_tile_options"])
+        return out.transpose(1, 2)
+
+    def prepare(self, problem: Problem) -> dict[str, Any]:
+        no_silent_fallback()
+        prepared = self._prepared(problem)
+        q, k, v, _ = problem.make_inputs(requires_grad=False)
+        self.forward(q, k, v, prepared)  # compiles for this shape now (untimed)
+        return prepared
+
+    def notes(self, prepared: dict[str, Any]) -> dict[str, Any]:
+        notes = super().notes(prepared)
+        notes["flex_tile_options"] = str(prepared["flex_tile_options"])
+        return notes
+
+
+register(FlexBlockSparse())

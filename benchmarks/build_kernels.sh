@@ -271,6 +271,10 @@ cfg = {"fwd": dict(direction="fwd", head_dim=128, compute_dtype=bf16, output_dty
 # query (key) ranges do not overlap writes its output (dK/dV) without atomics, still in float32
 cfg["fwd_plain"] = {**cfg["fwd"], "disable_atomic_reduction": True}
 cfg["bwd_plain"] = {**cfg["bwd"], "disable_atomic_reduction": True}
+# what LongCA's ffa_block_sparse asks for: each query range's key ranges merged into one work item
+# (auto_range_merge, as block-sparse callers of FFA use it)
+cfg["fwd_arm"] = {**cfg["fwd"], "auto_range_merge": True}
+cfg["bwd_arm"] = {**cfg["bwd"], "auto_range_merge": True}
 for d in sys.argv[2:]:
     spec, uri = J.get_ffa_jit_spec(arch=(9, 0), **cfg[d])
     t0 = time.time(); spec.build()
@@ -332,7 +336,7 @@ build_ffa() {
   ( cd "$d" &&
     TORCH_CUDA_ARCH_LIST=9.0 $NICE "$PY" tools/build_ext.py "$s" "$d/ext-build" > "$d/build_ext.log" 2>&1 &&
     TORCH_CUDA_ARCH_LIST=9.0a NVCC_THREADS=1 MAGI_ATTENTION_WORKSPACE_BASE=$d/ws \
-      $NICE "$PY" tools/ffa_aot.py "$s" fwd bwd fwd_plain bwd_plain > "$d/build.log" 2>&1 ) ||
+      $NICE "$PY" tools/ffa_aot.py "$s" fwd bwd fwd_plain bwd_plain fwd_arm bwd_arm > "$d/build.log" 2>&1 ) ||
     { tail -40 "$d/build_ext.log" "$d/build.log" 2>/dev/null; exit 1; }
   # wheel: the Python package + magi_attn_ext + lib/<uri>/<uri>.so + the jinja templates (read at every
   # call); without CUTLASS, grpcoll sources and the upstream CMake build folder

@@ -104,3 +104,32 @@ def test_without_the_library_a_cell_is_unsupported_and_says_what_to_install():
     row = run_cell(CellSpec(kernel="ffa", mask="causal", seqlen=128, dtype="bfloat16"))
     assert row["status"] == "unsupported"
     assert "is not importable" in row["reason"] and "MagiAttention" in row["reason"]
+
+
+def test_ffa_block_sparse_runs_each_kv_heads_tiles_as_its_own_stretch_of_tokens(monkeypatch, ffa_library):
+    """Per-head block patterns through the stand-in library: each KV head's kept tiles, offset by
+    head and sequence, with the group's query heads as FFA's heads, are exact per-head attention
+    (forward and gradients), against the reference masking each query head with its KV head's tiles."""
+    kernel = type(kernels.get("ffa_block_sparse"))()
+    assert kernel.available() is None
+    problem = ProblemSpec(mask="sparse", pattern="block_sparse_heads", seqlen=256, dtype="float64", seed=3,
+                          batch=2, heads_q=4, heads_kv=2, head_dim=8,
+                          mask_params={"kept": 0.3, "block": 32, "heads": 2, "group": 2}).problem()
+    prepared = kernel.prepare(problem)
+    assert prepared["ranges"] == 2 * len(problem.mask.runs()[0])
+    q, k, v, grad_out = problem.make_inputs(requires_grad=True)
+    out = kernel.forward(q, k, v, prepared)
+    ref = reference.attention(q, k, v, problem.mask)
+    assert torch.allclose(out, ref, atol=1e-10)
+    grads = torch.autograd.grad(out, (q, k, v), grad_out)
+    ref_grads = torch.autograd.grad(ref, (q, k, v), grad_out)
+    assert all(torch.allclose(g, r, atol=1e-9) for g, r in zip(grads, ref_grads))
+    # The pattern really differs per head, so a kernel applying one head's tiles to all would fail.
+    tables = problem.mask.kept_blocks
+    assert not (tables[0] == tables[1]).all()
+
+
+def test_ffa_block_sparse_takes_only_per_head_patterns(ffa_library):
+    kernel = type(kernels.get("ffa_block_sparse"))()
+    problem = ProblemSpec(mask="causal", seqlen=128, dtype="bfloat16").problem()
+    assert "block_sparse_heads" in kernel.supports_mask(problem)

@@ -17,11 +17,14 @@ import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from .masks import AttnMask
+from .masks import AttnMask, HeadBlockMask
 
 
 def mask_rows(mask: AttnMask, start: int, stop: int, device: torch.device) -> torch.Tensor:
-    """The dense rows ``[start, stop)`` of ``mask``: (stop − start, seqlen_k) bool."""
+    """The dense rows ``[start, stop)`` of ``mask``: (stop − start, seqlen_k) bool, or (heads_q,
+    stop − start, seqlen_k) for a mask per KV head (``HeadBlockMask``)."""
+    if isinstance(mask, HeadBlockMask):
+        return mask.dense_rows(start, stop).to(device)
     rows = np.arange(start, stop)
     allowed = torch.zeros(stop - start, mask.seqlen_k, dtype=torch.bool)
     keys = torch.arange(mask.seqlen_k)

@@ -5,7 +5,9 @@ KV head is run the way MagiAttention's block-sparse benchmark runs it: each KV h
 stretch of tokens.  Queries go in as ``(kv heads · tokens, group, head_dim)`` (the query heads of a
 KV head's group stay heads, GQA native) and keys and values as ``(kv heads · tokens, 1,
 head_dim)``; head ``h``'s ranges are offset by ``h · tokens``, one pair per run of consecutive
-kept key tiles of a query tile.  The layout change from LongCA's ``(batch, tokens, heads,
+kept key tiles of a query tile, and FFA merges each query tile's key ranges into one work item
+(``auto_range_merge``, its block-sparse mode; without it each pair is its own work item reduced
+atomically into the output, many times slower: docs/kernels.md has the measurement).  The layout change from LongCA's ``(batch, tokens, heads,
 head_dim)`` inputs and back is three copies in and one out (in the backward, their gradients),
 inside the timed call: what a caller with token-major tensors pays.
 """
@@ -50,7 +52,7 @@ class FFABlockSparse(MagiFFA):
         as_tensor = lambda x: torch.as_tensor(x, dtype=torch.int32, device=problem.device)  # noqa: E731
         types = np.full(len(q_ranges), FFA_TYPE[SliceKind.FULL])
         return {"q_ranges": as_tensor(q_ranges), "k_ranges": as_tensor(k_ranges),
-                "attn_type_map": as_tensor(types), "ranges": len(types)}
+                "attn_type_map": as_tensor(types), "ranges": len(types), "block": problem.mask.block}
 
     def forward(self, q, k, v, prepared):
         b, s, hq, d = q.shape
@@ -60,7 +62,8 @@ class FFABlockSparse(MagiFFA):
         keys = k.transpose(1, 2).reshape(b * hk * s, 1, d)
         values = v.transpose(1, 2).reshape(b * hk * s, 1, d)
         out, _meta = self._load()(heads_major, keys, values, q_ranges=prepared["q_ranges"],
-                                  k_ranges=prepared["k_ranges"], attn_type_map=prepared["attn_type_map"])
+                                  k_ranges=prepared["k_ranges"], attn_type_map=prepared["attn_type_map"],
+                                  auto_range_merge=True, max_seqlen_q=prepared["block"])
         return out.view(b, hk, s, g, d).transpose(1, 2).reshape(b, s, hq, d)
 
 

@@ -6,7 +6,9 @@ FlexAttention indexes the mask by query head).  Every kept tile is whole, so the
 *full* blocks on a GPU (no ``mask_mod`` is evaluated inside them) and the ``BlockMask``'s tile is the
 pattern's own block.  FlexAttention's default Triton tile on a GPU is 128 queries: for a 64-token
 block the forward is asked for 64 × 64 tiles (``BLOCK_M``/``BLOCK_N``), which the block must be a
-multiple of.  The ``BlockMask`` is made and the function compiled in ``prepare``, untimed.
+multiple of; the backward has no such option, and where none of its tile configurations divides
+the block the cell is ``unsupported`` with torch's reason.  The ``BlockMask`` is made and the
+function compiled (forward, and backward for a backward cell) in ``prepare``, untimed.
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ import torch
 from ..attention.masks import HeadBlockMask
 from ..attention.problem import Problem
 from . import register
-from .flex import FlexAttention, _compiled, no_silent_fallback
+from .base import Unsupported
+from .flex import FlexAttention, _chain, _compiled, _first_lines, no_silent_fallback
 
 DEFAULT_TILE = 128  # FlexAttention's forward query tile; smaller blocks ask for their own size
+# How Inductor says none of its backward tile configurations divides the BlockMask's tile (torch
+# 2.11 on sm_90, head dim 128: one configuration, 64 x 128, so 64-token blocks have none).
+NO_TILE_CONFIG = "NoValidChoicesError"
 
 
 def kept_tile_indices(mask: HeadBlockMask, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -79,7 +85,23 @@ class FlexBlockSparse(FlexAttention):
         prepared = self._prepared(problem)
         q, k, v, _ = problem.make_inputs(requires_grad=False)
         self.forward(q, k, v, prepared)  # compiles for this shape now (untimed)
+        if problem.direction == "bwd" and problem.device.type == "cuda":
+            self._compile_backward(problem, prepared)
         return prepared
+
+    def _compile_backward(self, problem: Problem, prepared: dict[str, Any]) -> None:
+        """Compile the backward now, so that a tile FlexAttention has no backward for is an
+        ``unsupported`` row with torch's reason, not an error in the timing."""
+        q, k, v, grad_out = problem.make_inputs(requires_grad=True)
+        try:
+            torch.autograd.grad(self.forward(q, k, v, prepared), (q, k, v), grad_out)
+        except Exception as exc:  # noqa: BLE001 — only the "no tile config" refusal is unsupported
+            refusal = next((e for e in _chain(exc) if NO_TILE_CONFIG in str(e)), None)
+            if refusal is None:
+                raise
+            raise Unsupported(f"{self.name}: FlexAttention's backward (torch {torch.__version__}) has no tile "
+                              f"configuration for {problem.mask.block}-token blocks on this GPU: "
+                              f"{_first_lines(refusal, 1)}") from exc
 
     def notes(self, prepared: dict[str, Any]) -> dict[str, Any]:
         notes = super().notes(prepared)

@@ -94,7 +94,8 @@ def _fraction(name: str, value) -> float:
 def block_sparse_heads(seqlen: int, *, seed: int = 0, kept: float = 0.2, block: int = SPARSE_BLOCK, heads: int = 1,
                        group: int = 1) -> HeadBlockMask:
     """Per KV head, each ``block``-token query tile attends ``max(1, round(kept · tiles))`` key
-    tiles drawn at random (``seqlen`` a multiple of ``block``)."""
+    tiles drawn at random (``seqlen`` a multiple of ``block``); ``heads`` KV heads, ``group`` query
+    heads each (config sets both from the grid's heads)."""
     block, heads, group = _positive("block", block), _positive("heads", heads), _positive("group", group)
     kept = _fraction("kept", kept)
     if seqlen % block:

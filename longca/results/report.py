@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from . import figure_captions, tables
+from . import figure_captions, sparse, tables
 from .tables import DIRECTION_TITLES, STATUS_LABELS, STATUS_MARKERS, seqlen_label
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"  # package data (pyproject.toml)
@@ -185,6 +185,21 @@ def kernel_answer(e: dict, row_ids: dict[str, str] | None = None) -> dict:
         shown.update(runner_up=e["runner_up"], runner_up_tflops=fmt_number(e["runner_up_tflops"]),
                      ratio=f"{e['ratio']:.2f}" if e["ratio"] is not None else None,
                      runner_up_row_id=row_ids.get(e["runner_up_cell_id"]), margin=margin_text(e))
+    return shown
+
+
+def sparse_answer(e: dict, row_ids: dict[str, str] | None = None) -> dict:
+    """A ``sparse.answers`` entry as the sparse table shows it (numbers formatted, rows linked)."""
+    shown = {k: e[k] for k in ("block", "kept", "seqlen", "direction", "dtype", "kernel", "failed")}
+    shown.update(kept_actual=f"{e['kept_actual']:.3f}", seqlen_label=seqlen_label(e["seqlen"]))
+    if e["kernel"] is None:
+        return shown
+    shown.update(tflops=fmt_number(e["tflops"]), ms=fmt_number(e["median_ms"], 3),
+                 row_id=(row_ids or {}).get(e["cell_id"]),
+                 margin=margin_text(e) if e["runner_up"] else "the only sparse kernel with a number",
+                 dense_kernel=e["dense_kernel"])
+    if e["speedup"] is not None:
+        shown.update(speedup=f"{e['speedup']:.2f}", dense_ms=fmt_number(e["dense_ms"], 3), pays=e["speedup"] > 1.0)
     return shown
 
 
@@ -384,6 +399,7 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
                  "rows": [{"mask": r["mask"], "dtype": r["dtype"],
                            "cells": [seqlen_answer(c, kernel_ids) for c in r["cells"]]} for r in grid["rows"]]}
     best_k = [kernel_answer(e, kernel_ids) for e in tables.best_kernels(kernels, masks, tie_margin)]
+    sparse_entries = [sparse_answer(e, kernel_ids) for e in sparse.answers(kernels, tie_margin)]
     cp_masks = tables.mask_order(cp, masks)
     best_cp = [strategy_answer(e, cp_ids) for e in tables.best_strategies(cp, masks, tie_margin)]
     cp_combos = tables.combos(cp)
@@ -484,6 +500,7 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
         "by_seqlen": by_seqlen, "tie_margin": tie_margin, "unsteady_spread": tables.UNSTEADY_SPREAD,
         "kernel_combos": kernel_combos, "best_kernels": tables.answer_grid(best_k, ["mask"], kernel_combos),
         "best_kernel_list": best_k,
+        "sparse": tables.answer_grid(sparse_entries, ["block", "kept", "kept_actual", "seqlen_label"], kernel_combos),
         "kernel_many_dtypes": len({t for _, t in kernel_combos}) > 1,
         "cp_many_dtypes": len({t for _, t in cp_combos}) > 1,
         "cp_combos": cp_combos, "best_cp": tables.answer_grid(best_cp, ["mask", "cp_size"], cp_combos),

@@ -28,16 +28,19 @@ CHECK_PARAMS: dict[str, dict] = {
     "global_sliding_window": {"window": 32, "global_tokens": 16},
     "varlen_block_causal": {"block": 32},
     "block_sparse": {"block": 64, "density": 0.3},
+    "block_sparse_heads": {"block": 32, "kept": 0.3},
 }
 _SHORT_DOCS = {"edges": [16, 64, 200], "weights": [1.0, 1.0]}
 
 
 def check_masks() -> list[str]:
-    return list(masks.PATTERNS) + [masks.BLOCK_SPARSE]
+    return list(masks.PATTERNS) + [masks.BLOCK_SPARSE, masks.BLOCK_SPARSE_HEADS]
 
 
-def _params(pattern: str) -> dict:
+def _params(pattern: str, heads_q: int, heads_kv: int) -> dict:
     params = dict(CHECK_PARAMS.get(pattern, {}))
+    if pattern in masks.HEAD_PATTERNS:  # a pattern per KV head: the problem's heads
+        params.update(heads=heads_kv, group=heads_q // heads_kv)
     if pattern in masks.DOCUMENT_PATTERNS and not pattern.endswith("_long"):
         params["histogram"] = _SHORT_DOCS  # several documents at a few hundred tokens
     return params
@@ -62,8 +65,8 @@ def check(kernel_names: Iterable[str], mask_names: Iterable[str], directions: It
             for direction in directions:
                 try:
                     problem = Problem(mask, seqlen, 1, heads_q, heads_kv, head_dim, parse_dtype(dtype),
-                                      torch.device(device), direction, seed, _params(mask))
-                    reason = kernel.supports(problem)
+                                      torch.device(device), direction, seed, _params(mask, heads_q, heads_kv))
+                    reason = masks.kernel_takes(kernel, problem.mask) or kernel.supports(problem)
                     if reason:
                         results.append(CheckResult(name, mask, direction, "unsupported", reason))
                         continue

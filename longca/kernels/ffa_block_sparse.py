@@ -14,6 +14,7 @@ inside the timed call: what a caller with token-major tensors pays.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -61,10 +62,32 @@ class FFABlockSparse(MagiFFA):
         heads_major = q.view(b, s, hk, g, d).transpose(1, 2).reshape(b * hk * s, g, d)
         keys = k.transpose(1, 2).reshape(b * hk * s, 1, d)
         values = v.transpose(1, 2).reshape(b * hk * s, 1, d)
-        out, _meta = self._load()(heads_major, keys, values, q_ranges=prepared["q_ranges"],
-                                  k_ranges=prepared["k_ranges"], attn_type_map=prepared["attn_type_map"],
-                                  auto_range_merge=True, max_seqlen_q=prepared["block"])
+        with _on_default_stream(q.device):
+            out, _meta = self._load()(heads_major, keys, values, q_ranges=prepared["q_ranges"],
+                                      k_ranges=prepared["k_ranges"], attn_type_map=prepared["attn_type_map"],
+                                      auto_range_merge=True, max_seqlen_q=prepared["block"])
+        if out.is_cuda:  # made on the default stream, read on this one: not reused before it is read
+            out.record_stream(torch.cuda.current_stream(out.device))
         return out.view(b, hk, s, g, d).transpose(1, 2).reshape(b, s, hq, d)
+
+
+@contextlib.contextmanager
+def _on_default_stream(device: torch.device):
+    """Run FFA's range merge on the default stream, ordered after (and before) the current one.
+
+    The merge (MagiAttention's ``magi_attn_ext``: ``sort_and_reorder_ranges.cu``,
+    ``unique_consecutive_pairs.cu`` at the pinned commit) launches some kernels on the current
+    stream and some on the default one; called on another stream (as the timing's CUDA-graph path
+    does) the call never completed.  On the default stream every kernel is ordered.  A CUDA graph
+    cannot capture the default stream, so these cells are timed eagerly (the row's ``timed_via``)."""
+    if device.type != "cuda" or torch.cuda.current_stream(device) == torch.cuda.default_stream(device):
+        yield
+        return
+    current, default = torch.cuda.current_stream(device), torch.cuda.default_stream(device)
+    default.wait_stream(current)
+    with torch.cuda.stream(default):
+        yield
+    current.wait_stream(default)
 
 
 register(FFABlockSparse())

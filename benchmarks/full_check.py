@@ -1,6 +1,6 @@
 """The full-size check over a grid: every kernel × mask × direction once at one long length.
 
-    python benchmarks/full_check.py OUTDIR --budget-s 600 [--configfile config/gpu.yaml] \\
+    python benchmarks/full_check.py OUTDIR --budget-s 600 [--configfile config/gpu.yaml [config/sparse.yaml]] \\
         [--seqlen 8192] [--kernels K ...] [--masks M ...]
 
 Each check (``longca.execution.measure.full_check``) compares the kernel's output, and for backward
@@ -38,7 +38,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("outdir", type=Path)
     p.add_argument("--budget-s", type=float, required=True, help="start no check after this many seconds")
-    p.add_argument("--configfile", type=Path, default=REPO / "config" / "gpu.yaml")
+    p.add_argument("--configfile", type=Path, nargs="+", default=[REPO / "config" / "gpu.yaml"],
+                   help="the config files a run gives, in order (e.g. config/gpu.yaml config/sparse.yaml)")
     p.add_argument("--seqlen", type=int, default=8192)
     p.add_argument("--kernels", nargs="+", help="default: the config's")
     p.add_argument("--masks", nargs="+", help="default: the config's")
@@ -87,6 +88,7 @@ def write_summary(rows: list[dict], keys: list[str], path: Path) -> str:
 def one_check(settings: dict) -> dict:
     """The check's result row: status ok, wrong, unsupported, oom or error, with the errors."""
     from longca import kernels
+    from longca.attention import masks
     from longca.execution.measure.cell import CellSpec
     from longca.execution.measure.full_check import full_size_check
     from longca.kernels.base import Unsupported
@@ -98,7 +100,7 @@ def one_check(settings: dict) -> dict:
     def check() -> dict:
         kernel = kernels.get(spec.kernel).with_options(spec.kernel_options)
         problem = spec.problem()
-        reason = kernel.supports(problem)
+        reason = masks.kernel_takes(kernel, problem.mask) or kernel.supports(problem)
         if reason:
             raise Unsupported(reason)
         return {**full_size_check(kernel, problem), "area": problem.mask.area()}
@@ -108,13 +110,14 @@ def one_check(settings: dict) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    cfg = resolved(args.configfile)
+    cfg = resolved(*args.configfile)
     from longca import kernels
 
     config_masks = [e.name for e in longca_config.mask_entries(cfg)]
     kernel_names, mask_names = args.kernels or cfg["kernels"], args.masks or config_masks
     unknown = [f"--kernels {k}" for k in kernel_names if k not in kernels.names()] + \
-              [f"--masks {m} (not a mask of {args.configfile})" for m in mask_names if m not in config_masks]
+              [f"--masks {m} (not a mask of {' '.join(map(str, args.configfile))})" for m in mask_names
+               if m not in config_masks]
     if unknown:
         raise SystemExit(f"full_check.py: unknown {', '.join(unknown)}")
     args.outdir.mkdir(parents=True, exist_ok=True)

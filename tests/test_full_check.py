@@ -71,3 +71,21 @@ def test_an_unknown_kernel_or_mask_stops_before_any_work(tmp_path):
     proc = _run(tmp_path, "--kernels", "nope", "--masks", "causal", "spiral")
     assert proc.returncode != 0 and "--kernels nope" in proc.stderr and "--masks spiral" in proc.stderr
     assert not (tmp_path / "out" / "checks").exists()
+
+
+def test_per_head_block_patterns_are_checked_per_head_and_other_kernels_refuse_them(tmp_path):
+    """The sparse study's masks through the full-size check: FlexAttention's BlockMask of kept tiles
+    (forward, CPU) against the chunked per-head reference, and a kernel with one mask for every head
+    `unsupported` rather than checked on the wrong mask."""
+    grid = dict(TINY, kernels=["flex_block_sparse", "sdpa"], directions=["fwd"], heads_q=4, heads_kv=2,
+                gate_seqlen=128, masks=[{"name": "sparse", "pattern": "block_sparse_heads",
+                                         "params": {"kept": 0.3, "block": 32}}])
+    config = tmp_path / "sparse.yaml"
+    config.write_text(yaml.safe_dump(grid))
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "full_check.py"), str(tmp_path / "out"),
+                           "--budget-s", "300", "--configfile", str(config), "--seqlen", "256"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {p.parent.parent.name: json.loads(p.read_text())["row"] for p in (tmp_path / "out" / "checks").rglob("*.json")}
+    assert rows["flex_block_sparse"]["status"] == "ok", rows["flex_block_sparse"]
+    assert rows["sdpa"]["status"] == "unsupported" and "one mask for every head" in rows["sdpa"]["reason"]

@@ -18,9 +18,12 @@ from longca.execution.measure import cell
 
 def test_gpu_config_is_the_paper_scale_grid():
     cfg = config.validate(config.merge_files([REPO / "config" / "config.yaml", REPO / "config" / "gpu.yaml"]))
-    # Every kernel LongCA has except the unfused reference (its scores alone need ~275 GB at 32K).
-    assert set(cfg["kernels"]) == set(kernels.names()) - {"sdpa_math"} - {n for n in kernels.names()
-                                                                            if n.startswith("test_")}
+    # Every kernel LongCA has except the unfused reference (its scores alone need ~275 GB at 32K) and
+    # the block-sparse kernels that run only per-head patterns (config/sparse.yaml's study).
+    per_head_only = {n for n in kernels.names() if getattr(kernels.get(n), "head_masks", False)}
+    assert per_head_only == {"ffa_block_sparse", "flex_block_sparse"}
+    assert set(cfg["kernels"]) == set(kernels.names()) - {"sdpa_math"} - per_head_only - {
+        n for n in kernels.names() if n.startswith("test_")}
     assert {e.name for e in config.mask_entries(cfg)} == set(masks.PATTERNS)
     assert min(cfg["seqlens"]) == 1024 and max(cfg["seqlens"]) >= 32768
     assert (cfg["dtypes"], cfg["batch"], cfg["heads_q"], cfg["heads_kv"], cfg["head_dim"]) == \
@@ -86,7 +89,8 @@ def _without_images_and_stamp(html: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("run", "cells", "cp_cells"), [("h100_2026-11-23", 3360, 288), ("h200_2026-11-23", 3360, 0)])
+@pytest.mark.parametrize(("run", "cells", "cp_cells"), [("h100_2026-11-23", 3360, 288), ("h200_2026-11-23", 3360, 0),
+                                                      ("sparse_h100_2026-11-27", 396, 0)])
 def test_a_fresh_clone_renders_the_published_report_from_the_committed_parquet(tmp_path, run, cells, cp_cells):
     """A published run: the committed kernels.parquet (and cp.parquet beside it) alone gives back
     its report (every table, number and winner; the figures' pixels and the generation time aside)."""
@@ -275,3 +279,14 @@ def test_the_4xh200_cp_table_is_run_1_completed_by_run_2_and_its_run_to_run_page
     assert got.index.equals(expected.index)
     assert (got["median_ms"].fillna(-1) == expected["median_ms"].fillna(-1)).all()
     assert summary(run1, run2) in (page / "run_to_run.md").read_text()
+
+
+def test_the_sparse_page_quotes_its_table():
+    """The sparse study's page prints what benchmarks/sparse_summary.py computes from the committed
+    Parquet (its report is rebuilt from it above)."""
+    from benchmarks import sparse_summary
+
+    published = REPO / "docs" / "results" / "sparse_h100_2026-11-27"
+    table = sparse_summary.kernel_table(pd.read_parquet(published / "kernels.parquet"), 0.05)
+    assert table in (published / "README.md").read_text()
+    assert table.count("\n") == 41  # header rule + 40 groups: 2 blocks x 5 fractions x 2 lengths x 2 directions

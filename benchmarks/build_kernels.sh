@@ -46,6 +46,10 @@
 #        (no csrc/cutlass: any other variant would need nvcc at first use and fails), + einops, debugpy,
 #        packaging.  18 min here, MAX_JOBS=1 and nothing beside it (magi_attn_ext 7 files 6.5 min; FFA
 #        3 common files + fwd 6 min, bwd 2.5 min); MAGI_GIT_DIR / CUTLASS_GIT_DIR: local git dirs.
+#        Also the two auto_range_merge variants (fwd + bwd) that LongCA's ffa_block_sparse asks for.
+#   vsa  fastvideo-kernel (FastVideo's Video Sparse Attention, VSA_VERSION): its Python package packed as
+#        a wheel from the PyPI sdist, without its CUDA extension, for LongCA's vsa_triton (Triton
+#        kernels, compiled on the GPU at first call) + einops.  Seconds.
 # Times: this container (2 cores, 24 GB; nice 19, MAX_JOBS=2), 2026-11-25, sources and toolchain
 # already downloaded; the first run also downloads ~4 GB (torch 2.11.0 + CUDA 13.0 wheels).
 set -euo pipefail
@@ -80,6 +84,7 @@ CUTLASS_COMMIT=7127592069c2fe01b041e174ba4345ef9b279671   # its csrc/cutlass sub
 MAGI_COMMIT=2c6413571c2cac6a80d1f85a434c6713fe0f5286      # MagiAttention main, 2026-05-28
 MAGI_CUTLASS_COMMIT=81a43e6d92cdd8c20d22392f9579604ed5f710a1   # its magi_attention/csrc/cutlass submodule
 MAGI_VERSION=1.1.1+g2c64135     # versioningit's default-version + commit (no git work tree here)
+VSA_VERSION=0.3.5               # fastvideo-kernel (FastVideo's VSA): its Python package, Triton kernels only
 FFA_PY_DEPS="einops==0.8.2 debugpy==1.8.22 packaging==26.4"   # imported by magi_attention at import time
                                 # (+ torch, jinja2, filelock, numpy, triton: there with torch 2.11)
 FA3_FLAGS="BACKWARD=FALSE SM80=TRUE FP16=TRUE FP8=TRUE HDIM64=TRUE HDIM96=TRUE HDIM192=TRUE HDIM256=TRUE
@@ -355,6 +360,32 @@ build_ffa() {
   log "ffa built in $(( (SECONDS - t0) / 60 )) min"
 }
 
+# ---- FastVideo's VSA, Triton kernels only -----------------------------------------------------------------
+build_vsa() {  # fastvideo-kernel's Python package as a wheel: what LongCA's vsa_triton calls, no CUDA build
+  local d=$WORK/vsa w di
+  rm -rf "$d" && mkdir -p "$d"
+  # the sdist itself, from PyPI's simple index (pip download would build its CUDA extension's metadata)
+  "$PY" - "$VSA_VERSION" "$d" <<'EOF'
+import hashlib, re, sys, urllib.request
+version, out = sys.argv[1], sys.argv[2]
+index = urllib.request.urlopen("https://pypi.org/simple/fastvideo-kernel/").read().decode()
+url, digest = re.search(rf'href="([^"#]*fastvideo_kernel-{re.escape(version)}\.tar\.gz)#sha256=([0-9a-f]+)"', index).groups()
+data = urllib.request.urlopen(url).read()
+assert hashlib.sha256(data).hexdigest() == digest, "fastvideo-kernel sdist: sha256 mismatch"
+open(f"{out}/fastvideo_kernel-{version}.tar.gz", "wb").write(data)
+EOF
+  tar xzf "$d/fastvideo_kernel-$VSA_VERSION.tar.gz" -C "$d"
+  w=$d/wheel di=$d/wheel/fastvideo_kernel-$VSA_VERSION.dist-info
+  mkdir -p "$di" && cp -r "$d/fastvideo_kernel-$VSA_VERSION/python/fastvideo_kernel" "$w/"
+  cp "$d/fastvideo_kernel-$VSA_VERSION/LICENSE" "$di/"
+  find "$w" -name __pycache__ -prune -exec rm -rf {} +
+  printf 'Metadata-Version: 2.1\nName: fastvideo-kernel\nVersion: %s\nSummary: fastvideo-kernel %s, its Python package only (Triton kernels; no compiled extension)\nRequires-Python: >=3.10\n' \
+    "$VSA_VERSION" "$VSA_VERSION" > "$di/METADATA"
+  printf 'Wheel-Version: 1.0\nGenerator: build_kernels.sh\nRoot-Is-Purelib: true\nTag: py3-none-any\n' > "$di/WHEEL"
+  mkdir -p "$OUT/wheels" && "$PY" -m wheel pack -d "$OUT/wheels" "$w" >&2
+  $PIP download -q --no-deps --only-binary=:all: --python-version 3.12 --platform any -d "$OUT/wheels" einops==0.8.2
+}
+
 # ---- packing for the GPU machine ---------------------------------------------------------------------------
 write_installer() {
   cat > "$OUT/install_kernels.sh" <<'EOF'
@@ -476,8 +507,9 @@ for lib in $LIBS; do
     te) build_te ;;
     fa3) build_fa3 ;;
     ffa) build_ffa ;;
+    vsa) build_vsa ;;
     pack) ;;  # only (re)pack what OUT_DIR/wheels holds
-    *) echo "unknown library $lib (fa2, te, fa3, ffa)" >&2; exit 2 ;;
+    *) echo "unknown library $lib (fa2, te, fa3, ffa, vsa)" >&2; exit 2 ;;
   esac
 done
 pack

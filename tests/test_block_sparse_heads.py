@@ -174,6 +174,7 @@ def test_a_sparse_kernels_key_covers_its_mask_and_parent_modules_and_no_other_ke
     assert files == {"ffa_block_sparse.py", "magi_ffa.py", "head_blocks.py"}
     assert {p.name for p in kernels.source_files("flex_block_sparse")} == {"flex_block_sparse.py", "flex.py",
                                                                            "head_blocks.py"}
+    assert {p.name for p in kernels.source_files("vsa_triton")} == {"vsa_triton.py", "head_blocks.py"}
     for name in kernels.names():
-        if name not in ("ffa_block_sparse", "flex_block_sparse"):
+        if name not in ("ffa_block_sparse", "flex_block_sparse", "vsa_triton"):
             assert kernels.source_files(name) == [kernels.source_file(name)], name

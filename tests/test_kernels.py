@@ -43,7 +43,7 @@ def test_dense_mask_kernels_run_every_pattern_forward_and_backward():
                         heads_q=2, heads_kv=1, head_dim=16)
         one_mask = [r for r in results if r.mask != "block_sparse_heads"]
         assert {r.status for r in one_mask} == {"ok"}, [r for r in one_mask if r.status != "ok"]
-        # A pattern per KV head needs a kernel that takes one (flex_block_sparse, ffa_block_sparse).
+        # A pattern per KV head needs a kernel that takes one (flex_block_sparse, ffa_block_sparse, vsa_triton).
         assert all(r.status == "unsupported" and "one mask for every head" in r.detail
                    for r in results if r.mask == "block_sparse_heads")
 

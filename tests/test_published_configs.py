@@ -21,7 +21,7 @@ def test_gpu_config_is_the_paper_scale_grid():
     # Every kernel LongCA has except the unfused reference (its scores alone need ~275 GB at 32K) and
     # the block-sparse kernels that run only per-head patterns (config/sparse.yaml's study).
     per_head_only = {n for n in kernels.names() if getattr(kernels.get(n), "head_masks", False)}
-    assert per_head_only == {"ffa_block_sparse", "flex_block_sparse"}
+    assert per_head_only == {"ffa_block_sparse", "flex_block_sparse", "vsa_triton"}
     assert set(cfg["kernels"]) == set(kernels.names()) - {"sdpa_math"} - per_head_only - {
         n for n in kernels.names() if n.startswith("test_")}
     assert {e.name for e in config.mask_entries(cfg)} == set(masks.PATTERNS)

@@ -72,6 +72,8 @@ class FlexBlockSparse(FlexAttention):
                 "flex_tile_options": options}
 
     def forward(self, q, k, v, prepared):
+        # flex's forward with the problem's tile options (flex reads its class's): restated here, as a
+        # change to flex.py's forward would move the cache key of every flex and flex_flash cell.
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if prepared["inference_only"]:
             q, k, v = q.detach(), k.detach(), v.detach()

@@ -121,7 +121,7 @@ def kernel_takes(kernel, mask: AttnMask) -> str | None:
     kernel takes one mask for every head."""
     if isinstance(mask, HeadBlockMask) and not getattr(kernel, "head_masks", False):
         return (f"{kernel.name} takes one mask for every head; {mask.name} has a block pattern per KV "
-                "head (block-sparse kernels: flex_block_sparse, ffa_block_sparse)")
+                "head (block-sparse kernels: flex_block_sparse, ffa_block_sparse, vsa_triton)")
     return None
 
 

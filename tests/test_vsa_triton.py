@@ -1,0 +1,81 @@
+"""The VSA adapter (longca/kernels/vsa_triton.py) on the CPU: a per-head block pattern becomes VSA's
+per-head lists of kept 64-token key tiles exactly, and the adapter's call through a stand-in library
+that follows VSA's semantics (each query tile attends the key tiles listed for it, key heads as many
+as query heads) is exact per-head attention, forward and gradients; without the library the cell
+is `unsupported`, saying what to install."""
+
+import itertools
+import sys
+import types
+
+import pytest
+import torch
+
+from longca import kernels
+from longca.attention import reference
+from longca.attention.problem import ProblemSpec
+from longca.execution.measure.cell import CellSpec, run_cell
+
+TILE = 64
+
+
+def _stand_in_vsa(q, k, v, q2k_idx, q2k_num, tile_sizes):
+    """VSA's ``block_sparse_attn_triton`` in plain torch: q, k, v (batch, heads, tokens, d) with as many
+    key heads as query heads; query tile i of head h attends the key tiles q2k_idx[b, h, i, :q2k_num]."""
+    b, h, s, d = q.shape
+    assert k.shape == q.shape and tile_sizes.tolist() == [TILE] * (s // TILE)
+    allowed = torch.zeros(b, h, s // TILE, s // TILE, dtype=torch.bool)
+    for index in itertools.product(range(b), range(h), range(s // TILE)):
+        allowed[index][q2k_idx[index][:q2k_num[index]].long()] = True
+    allowed = allowed.repeat_interleave(TILE, 2).repeat_interleave(TILE, 3)
+    scores = (q @ k.transpose(-1, -2)) / d ** 0.5
+    probs = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+    return probs @ v, torch.logsumexp(scores, dim=-1)
+
+
+@pytest.fixture
+def vsa(monkeypatch):
+    package = types.ModuleType("fastvideo_kernel")
+    module = types.ModuleType("fastvideo_kernel.block_sparse_attn")
+    module.block_sparse_attn_triton = _stand_in_vsa
+    package.block_sparse_attn = module
+    monkeypatch.setitem(sys.modules, "fastvideo_kernel", package)
+    monkeypatch.setitem(sys.modules, "fastvideo_kernel.block_sparse_attn", module)
+    kernel = type(kernels.get("vsa_triton"))()  # a fresh adapter: the registered one may have cached "missing"
+    assert kernel.available() is None
+    return kernel
+
+
+def _problem(block, **over):
+    spec = dict(mask="sparse", pattern="block_sparse_heads", seqlen=512, dtype="float64", seed=2, batch=2,
+                heads_q=4, heads_kv=2, head_dim=8,
+                mask_params={"kept": 0.3, "block": block, "heads": 2, "group": 2})
+    spec.update(over)
+    return ProblemSpec(**spec).problem()
+
+
+@pytest.mark.parametrize("block", [64, 128])
+def test_each_query_heads_kept_tiles_reach_vsa_and_give_exact_attention(vsa, block):
+    problem = _problem(block)
+    prepared = vsa.prepare(problem)
+    assert prepared["q2k_idx"].shape[:3] == (1, 4, 512 // TILE) and prepared["kv_expanded"] is True
+    q, k, v, grad_out = problem.make_inputs(requires_grad=True)
+    out = vsa.forward(q, k, v, prepared)
+    ref = reference.attention(q, k, v, problem.mask)
+    assert torch.allclose(out, ref, atol=1e-10)
+    grads = torch.autograd.grad(out, (q, k, v), grad_out)
+    ref_grads = torch.autograd.grad(ref, (q, k, v), grad_out)
+    assert all(torch.allclose(g, r, atol=1e-9) for g, r in zip(grads, ref_grads))
+
+
+def test_blocks_vsa_cannot_tile_and_other_masks_are_refused(vsa):
+    assert "64-token tiles; block 32" in vsa.supports_mask(_problem(32))
+    assert "block_sparse_heads" in vsa.supports_mask(ProblemSpec(mask="causal", seqlen=128).problem())
+
+
+def test_without_the_library_a_cell_is_unsupported_and_says_what_to_install():
+    row = run_cell(CellSpec(kernel="vsa_triton", mask="sparse", pattern="block_sparse_heads", seqlen=512,
+                            dtype="bfloat16", heads_q=4, heads_kv=2, gate_seqlen=256,
+                            mask_params={"kept": 0.3, "block": 64, "heads": 2, "group": 2}))
+    assert row["status"] == "unsupported"
+    assert "is not importable" in row["reason"] and "fastvideo-kernel" in row["reason"]

@@ -3,7 +3,8 @@
     python benchmarks/sparse_summary.py docs/results/sparse_h100_2026-11-27/kernels.parquet [--tie 0.05]
 
 Prints Markdown: per block size × kept fraction × length × direction, each block-sparse kernel's
-TFLOPs/s (on the kept tiles) and time, the fastest dense kernel on the full mask at that length
+TFLOPs/s (on the kept tiles) and time (a status marker where it has no number, — where the table
+has no row), the fastest dense kernel on the full mask at that length
 and its time, and the best sparse kernel's speed against it (dense time ÷ sparse time,
 ``longca.results.sparse.answers``); kernels within ``--tie`` of the best are named as tied.
 """
@@ -37,7 +38,7 @@ def kernel_table(kernels: pd.DataFrame, tie: float) -> str:
             r = group[group["kernel"] == name]
             ok = tables.ok_rows(r)
             cells.append(f"{ok['tflops'].iloc[0]:.0f} ({ok['median_ms'].iloc[0]:.2f})" if len(ok)
-                         else (tables.status_marker(r["status"].iloc[0]) if len(r) else ""))
+                         else (tables.status_marker(r["status"].iloc[0]) if len(r) else "—"))
         dense = f"{e['dense_kernel']} ({e['dense_ms']:.2f})" if e["dense_kernel"] else "—"
         speed = f"**{e['speedup']:.2f}×**" if e["speedup"] else "—"
         tied = ", ".join([e["kernel"], *e.get("tied", [])]) if e.get("tie") else (e["kernel"] or "—")

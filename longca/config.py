@@ -345,8 +345,7 @@ def _head_pattern_problems(config: dict, i: int, entry: MaskEntry) -> list[str]:
     if entry.pattern not in masks.HEAD_PATTERNS or config["heads_q"] % config["heads_kv"]:
         return []
     problems = []
-    grid = {"heads": config["heads_kv"], "group": config["heads_q"] // config["heads_kv"]}
-    for key, value in grid.items():
+    for key, value in _grid_heads(config).items():
         if entry.params.get(key, value) != value:
             problems.append(f"config.masks[{i}] ({entry.name}).params.{key}: {entry.params[key]!r}, but the grid "
                             f"has {value} (heads_q {config['heads_q']}, heads_kv {config['heads_kv']}); leave it out")
@@ -469,12 +468,17 @@ def named_cells(config: dict, names: list[str]) -> list[KernelCell]:
     return [by_name[n] for n in names]
 
 
+def _grid_heads(config: dict) -> dict:
+    """A per-head pattern's ``heads`` and ``group`` (query heads per KV head) as the grid has them."""
+    return {"heads": config["heads_kv"], "group": config["heads_q"] // config["heads_kv"]}
+
+
 def head_params(config: dict, entry: MaskEntry) -> dict:
-    """A mask entry's parameters, with a per-head pattern's ``heads`` and ``group`` (query heads per
-    KV head) from the grid's ``heads_kv`` and ``heads_q`` (``masks.HEAD_PATTERNS``)."""
+    """A mask entry's parameters, with a per-head pattern's ``heads`` and ``group`` from the grid's
+    ``heads_kv`` and ``heads_q`` (``masks.HEAD_PATTERNS``) unless the entry gives them."""
     if entry.pattern not in masks.HEAD_PATTERNS:
         return entry.params
-    return {"heads": config["heads_kv"], "group": config["heads_q"] // config["heads_kv"], **entry.params}
+    return {**_grid_heads(config), **entry.params}
 
 
 def cell_settings(config: dict, kernel: str, mask: str, seqlen: int, direction: str, dtype: str) -> dict:

@@ -15,7 +15,9 @@ and execs the real command, first on ``PATH`` (the jobs inherit ``PATH``).
 ``gpus_per_node`` > 0 declares that many GPUs per node as gres, backed by character devices (major
 195, made with mknod in the cluster's folder) standing in for /dev/nvidia*: Slurm allocates them
 and sets ``CUDA_VISIBLE_DEVICES`` in the job.  On a GPU
-machine ``gpu_files`` names the real devices instead (one node).
+machine ``gpu_files`` names the real devices instead, shared out in order, the same number to each
+node (``--nodes 2`` on a 4-GPU host: n1 has /dev/nvidia0-1, n2 /dev/nvidia2-3; two "nodes" of one
+host, as a cluster's nodes would be, with the GPUs of one never handed to the other).
 
 Run as a script, it starts a cluster, runs one command against it and stops it (the command's exit
 code is the script's), e.g. the README's SLURM command on a one-node cluster of a GPU machine:
@@ -77,11 +79,11 @@ class Cluster:
         self.root = Path(root)
         self.cpus = cpus_per_node
         self.gpu_files = list(gpu_files)
-        self.gpus = len(self.gpu_files) or gpus_per_node
         self.nodes = tuple(nodes)
+        if len(self.gpu_files) % len(self.nodes):
+            raise ValueError(f"{len(self.gpu_files)} GPU devices do not share out evenly over {len(self.nodes)} nodes")
+        self.gpus = len(self.gpu_files) // len(self.nodes) or gpus_per_node
         self.without_systemd = without_systemd
-        if self.gpu_files and len(self.nodes) != 1:
-            raise ValueError("real GPU devices belong to one node: pass one node with gpu_files")
         self.memory_mb = memory_mb
         self.oversubscribe = oversubscribe  # FORCE:n shares nodes whatever a job asks; NO honours --exclusive
         self.procs: dict[str, subprocess.Popen] = {}
@@ -133,9 +135,13 @@ class Cluster:
                 devices.mkdir(exist_ok=True)
                 for i in range(self.gpus):
                     _stand_in_gpu(devices / f"nvidia{i}", i)
-                files = [str(devices / f"nvidia{i}") for i in range(self.gpus)]
-            # gres.conf sits beside slurm.conf, where slurmd looks for it.
-            (self.root / "gres.conf").write_text("".join(f"Name=gpu File={f}\n" for f in files))
+                files = [str(devices / f"nvidia{i}") for i in range(self.gpus)] * len(self.nodes)
+            # gres.conf sits beside slurm.conf, where every slurmd looks for it; each node its own devices.
+            (self.root / "gres.conf").write_text("".join(
+                f"NodeName={node} Name=gpu File={f}\n"
+                for n, node in enumerate(self.nodes) for f in files[n * self.gpus:(n + 1) * self.gpus]))
+            if self.gpu_files and len(self.nodes) > 1:
+                lines.append(f"TaskProlog={self._write_device_map()}")
         for name in self.nodes:
             lines.append(f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} "
                          f"CPUs={self.cpus} RealMemory={self.memory_mb}{gres} State=UNKNOWN")
@@ -149,6 +155,31 @@ class Cluster:
         for name in self.nodes:
             (self.root / "spool" / name).mkdir(parents=True, exist_ok=True)
         self.conf.write_text("\n".join(lines) + "\n")
+
+    def _write_device_map(self) -> Path:
+        """Slurm (without device cgroups) sets ``CUDA_VISIBLE_DEVICES`` to the allocated GPUs' places in
+        the *node's* list (n2's first GPU is 0), which on a real cluster is that node's own GPU.  Here
+        the nodes share one host, so a task prolog turns those places into the node's devices
+        (/dev/nvidia2 → 2), in PCI order as nvidia-smi numbers them: each node's jobs get its GPUs."""
+        cases = []
+        for n, node in enumerate(self.nodes):
+            minors = [str(os.minor(os.stat(f).st_rdev)) for f in self.gpu_files[n * self.gpus:(n + 1) * self.gpus]]
+            cases.append(f'  {node}) set -- {" ".join(minors)} ;;')
+        script = self.root / "task_prolog.sh"
+        script.write_text("\n".join([
+            "#!/bin/sh",
+            "# Written by tests/slurm_cluster.py: node-local GPU places -> this node's devices (see there).",
+            '[ -n "$CUDA_VISIBLE_DEVICES" ] || exit 0',
+            'case "$SLURMD_NODENAME" in', *cases, "  *) exit 0 ;;", "esac",
+            'out=""',
+            'for place in $(echo "$CUDA_VISIBLE_DEVICES" | tr , " "); do',
+            '  eval "dev=\\${$((place + 1))}"',
+            '  out="${out:+$out,}$dev"',
+            "done",
+            'echo "export CUDA_DEVICE_ORDER=PCI_BUS_ID"',
+            'echo "export CUDA_VISIBLE_DEVICES=$out"', ""]))
+        script.chmod(0o755)
+        return script
 
     def start(self) -> "Cluster":
         ensure_installed()
@@ -211,7 +242,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cpus", type=int, default=2, help="CPUs each node declares")
     ap.add_argument("--memory-mb", type=int, default=2000, help="memory each node declares")
     ap.add_argument("--gpus", type=int, default=0, help="stand-in GPUs per node (empty files)")
-    ap.add_argument("--gpu-files", nargs="*", default=[], help="real GPU devices of the one node (/dev/nvidia0 ...)")
+    ap.add_argument("--gpu-files", nargs="*", default=[],
+                    help="real GPU devices (/dev/nvidia0 ...), shared out in order, as many to each node")
     ap.add_argument("--without-systemd", action="store_true",
                     help="cgroup v2 without systemd/D-Bus: slurmd makes its cgroup scope itself")
     ap.add_argument("--oversubscribe", default="NO", help="the partition's OverSubscribe (NO honours --exclusive)")

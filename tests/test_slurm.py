@@ -245,3 +245,32 @@ def test_the_cluster_script_runs_one_command_against_a_one_node_cluster_and_stop
     left = subprocess.run(["pgrep", "-af", str(tmp_path / "c")], capture_output=True, text=True).stdout
     assert left == "", left
     assert not (tmp_path / "c" / "cgroup.conf").exists()  # only with --without-systemd
+
+
+def test_two_nodes_sharing_a_hosts_gpus_each_give_their_jobs_their_own_devices(tmp_path):
+    """How the two-node run on one 4-GPU host is made: `--nodes 2 --gpu-files` four devices (here
+    character devices numbered as /dev/nvidia0-3, standing in: nothing opens them).  n1 holds the
+    first two, n2 the last two; a job over both nodes sees, on each, that node's own devices
+    (CUDA_VISIBLE_DEVICES 0,1 on n1 and 2,3 on n2, not n2's node-local places 0,1), in a batch step as
+    in an srun step of it."""
+    from slurm_cluster import _stand_in_gpu
+
+    devices = tmp_path / "dev"
+    devices.mkdir()
+    files = []
+    for i in range(4):
+        _stand_in_gpu(devices / f"nvidia{i}", i)
+        files.append(str(devices / f"nvidia{i}"))
+    script = Path(__file__).with_name("slurm_cluster.py")
+    show = 'echo "$SLURMD_NODENAME $CUDA_VISIBLE_DEVICES"'
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "c"), "--nodes", "2", "--cpus", "2", "--gpu-files", *files,
+         "--", "sh", "-c",
+         f"srun -N2 --ntasks-per-node=1 --gres=gpu:2 sh -c '{show}' && "
+         f"srun -w n2 -N1 -n1 --gres=gpu:1 sh -c '{show}'"],
+        capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.split("\n")
+    assert sorted(lines[:2]) == ["n1 0,1", "n2 2,3"], proc.stdout
+    assert lines[2] == "n2 2", proc.stdout
+    assert (tmp_path / "c" / "gres.conf").read_text().count("NodeName=n2") == 2

@@ -174,3 +174,87 @@ def test_auto_local_kernel_is_the_first_available_and_an_unknown_calls_value_is_
     assert resolve_local_kernel("sdpa_math", torch.device("cpu")) == "sdpa_math"
     with pytest.raises(ValueError, match="local_calls 'one'"):
         BlockAttention("sdpa_math", torch.device("cpu"), 2, 1, 4, calls="one")
+
+
+@pytest.mark.parametrize("calls", ["auto", "pieces"])
+def test_a_first_block_lands_in_an_unset_buffer_without_its_old_contents_leaking(calls):
+    """The output accumulator is not zeroed up front (a one-call kernel writes the first block
+    whole); every other first block must zero it first.  Here it starts as NaN, as unset memory can."""
+    from longca.attention import reference
+
+    mask = _mask("varlen_causal", 64, 1)
+    block = BlockAttention("sdpa_math", torch.device("cpu"), 4, 2, 8, calls=calls)
+    spans = (Span(0, 64, 0),)
+    pieces = block.pieces(restrict(mask, spans, spans))
+    q, k, v = (torch.randn(1, 64, h, 8, dtype=torch.float64) for h in (4, 2, 2))
+    acc = block.new_accumulators(q)
+    acc.out.fill_(float("nan"))
+    block.forward(q, k, v, pieces, acc)
+    out, _ = block.finish(acc, q.dtype)
+    assert torch.allclose(out, reference.attention(q, k, v, mask), atol=1e-6)
+    untouched = block.new_accumulators(q)       # a rank no block reached: zeros, LSE -inf
+    untouched.out.fill_(float("nan"))
+    out, lse = block.finish(untouched, q.dtype)
+    assert torch.equal(out, torch.zeros_like(out)) and torch.isneginf(lse).all()
+
+
+def _stand_in_ffa_forward(calls):
+    """MagiAttention's ``_flex_flash_attn_forward`` as its code describes it, in plain torch on packed
+    ``(tokens, heads, d)``: atomic mode corrects what ``out``/``lse`` hold by their LSE and adds the
+    block; plain mode (``disable_fwd_atomic_reduction``) requires disjoint query ranges and writes
+    the block, zero-filling rows whose LSE stays -inf (its post-process).  Records each call's mode."""
+    from tests.test_magi_ffa import ffa_dense
+
+    def forward(q, k, v, out, lse, q_ranges, k_ranges, attn_type_map, softmax_scale,
+                disable_fwd_atomic_reduction, **_):
+        from longca.cp.fused import ranges_disjoint
+
+        calls.append("plain" if disable_fwd_atomic_reduction else "atomic")
+        allowed = ffa_dense(q_ranges.tolist(), k_ranges.tolist(), attn_type_map.tolist(), q.shape[0], k.shape[0])
+        group = q.shape[1] // k.shape[1]
+        kx, vx = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        scores = torch.einsum("qhd,khd->hqk", q.double(), kx.double()) * softmax_scale
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        block_lse = torch.logsumexp(scores, -1)                                  # (h, q)
+        probs = torch.exp(scores - block_lse.unsqueeze(-1)).nan_to_num(0.0)
+        block_out = torch.einsum("hqk,khd->qhd", probs, vx.double()).float()
+        block_lse = block_lse.transpose(0, 1).float()                             # (q, h)
+        if disable_fwd_atomic_reduction:
+            assert ranges_disjoint(q_ranges.tolist()), "plain writes need disjoint query ranges"
+            out.copy_(torch.where(torch.isneginf(block_lse).unsqueeze(-1), 0.0, block_out))
+            lse.copy_(block_lse)
+        else:
+            merge_into(out.permute(1, 0, 2), lse.transpose(0, 1), block_out.permute(1, 0, 2), block_lse.transpose(0, 1))
+    return forward
+
+
+@pytest.mark.parametrize("name, first_plain", [("varlen_causal", True), ("causal", True),
+                                               ("shared_question", False)])
+def test_ffa_writes_a_ranks_first_block_without_atomics_when_its_query_ranges_are_disjoint(name, first_plain):
+    """A rank's query shard against two key shards, as a ring step does, through FfaBlockOps with a
+    stand-in for FFA's forward: the first block is written plainly into the unset buffer (its query
+    ranges disjoint), the second reduced atomically; shared_question's rows attend two slices, so its
+    first block zeroes the buffer and reduces.  The result is exact attention on the shard."""
+    import types
+
+    from longca.attention import reference
+    from longca.cp.fused import FfaBlockOps
+    from longca.cp.local import Accumulators
+
+    calls: list[str] = []
+    ops = FfaBlockOps(types.SimpleNamespace(_flex_flash_attn_forward=_stand_in_ffa_forward(calls),
+                                            _flex_flash_attn_backward=None))
+    mask = _mask(name, 96, 2)
+    mine, theirs = Span(48, 96, 0), Span(0, 48, 0)
+    q, k, v = (torch.randn(1, 96, h, 8) for h in (4, 2, 2))
+    acc = Accumulators.unset((1, 48, 4, 8), q.device)
+    acc.out.fill_(float("nan"))
+    for spans in ((theirs,), (mine,)):
+        k_shard = torch.cat([k[:, s.start:s.end] for s in spans], 1)
+        v_shard = torch.cat([v[:, s.start:s.end] for s in spans], 1)
+        slices = [s for s in restrict(mask, (mine,), spans) if s.area() > 0]
+        ops.forward_into(q[:, 48:], k_shard, v_shard, ops.prepare(slices, q.device), 8 ** -0.5, acc)
+    assert calls == ["plain" if first_plain else "atomic", "atomic"]
+    out, _ = acc.result()
+    ref = reference.attention(q.double(), k.double(), v.double(), mask)[:, 48:]
+    assert torch.allclose(out.double(), ref, atol=1e-5)

@@ -50,15 +50,17 @@ class BlockOps:
     def backward(self, dout, q, k, v, out, lse, prepared, scale: float):
         raise NotImplementedError
 
-    # What a strategy calls: the block added into the running accumulators, laid out as the
-    # tokens are, ``(b, s, h, d)`` output and ``(b, s, h)`` LSE (float32), and dq ``(b, s, h, d)``.
-    # A kernel that reduces into given buffers itself (FFA) overrides these and saves the merge.
-    # ``sm_margin``: SMs to leave free for a transfer the call overlaps (kernels that take it: FFA).
-    def forward_into(self, q, k, v, prepared, scale: float, acc_out, acc_lse, sm_margin: int = 0) -> None:
+    # What a strategy calls: the block added into the running accumulators (``local.Accumulators``),
+    # laid out as the tokens are, ``(b, s, h, d)`` output and ``(b, s, h)`` LSE (float32), and dq
+    # ``(b, s, h, d)``.  A kernel that reduces into given buffers itself (FFA) overrides these and
+    # saves the merge.  ``sm_margin``: SMs to leave free for a transfer the call overlaps (kernels
+    # that take it: FFA).
+    def forward_into(self, q, k, v, prepared, scale: float, acc, sm_margin: int = 0) -> None:
         from .local import merge_into
 
         out, lse = self.forward(q, k, v, prepared, scale)
-        merge_into(acc_out.transpose(1, 2), acc_lse.transpose(1, 2), out, lse)
+        acc.start_zeroed()
+        merge_into(acc.out.transpose(1, 2), acc.lse.transpose(1, 2), out, lse)
 
     def backward_into(self, dout, q, k, v, out, lse, prepared, scale: float, dq_acc, sm_margin: int = 0):
         dq, dk, dv = self.backward(dout, q, k, v, out, lse, prepared, scale)
@@ -118,6 +120,13 @@ class DenseMaskBlockOps(BlockOps):
         return dq.float(), _fold(dk, group), _fold(dv, group)
 
 
+def ranges_disjoint(ranges: Sequence[Sequence[int]]) -> bool:
+    """Whether no two ``[start, end)`` ranges share an index (FFA's precondition for writing a
+    block without atomics: each output row is written by one range)."""
+    ordered = sorted((int(a), int(b)) for a, b in ranges if b > a)
+    return all(prev[1] <= nxt[0] for prev, nxt in zip(ordered, ordered[1:]))
+
+
 def _packed(x: torch.Tensor) -> torch.Tensor:
     """``(b, s, h, d)`` → FFA's packed ``(b·s, h, d)``."""
     return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
@@ -127,7 +136,10 @@ class FfaBlockOps(BlockOps):
     """One FFA call per CP block, forward and backward, through the two functions FFA's own autograd
     function calls (they take the global output and LSE).  Float32 output and gradients, reduced
     atomically over overlapping query (key) ranges: the variants that autograd function uses, which
-    ``benchmarks/build_kernels.sh ffa`` compiles ahead of time."""
+    ``benchmarks/build_kernels.sh ffa`` compiles ahead of time.  A rank's first forward block whose
+    query ranges do not overlap is written without atomics into the unset output buffer (FFA
+    zero-fills the rows no range covers), as MagiAttention's first stage is: no zero fill of the
+    buffer, no atomic adds (the non-atomic variant is prebuilt too)."""
 
     def __init__(self, module):
         self.fwd, self.bwd = module._flex_flash_attn_forward, module._flex_flash_attn_backward
@@ -147,26 +159,33 @@ class FfaBlockOps(BlockOps):
         one = ffa_ranges(AttnMask("cp_block", 0, 0, prepared["slices"]), 1)
         prepared["batch_one"] = {name: torch.tensor(x, dtype=torch.int32, device=device)
                                  for name, x in zip(("q_ranges", "k_ranges", "attn_type_map"), one)}
+        # A batch repeats the ranges at each sequence's offset, so disjoint for one is disjoint for all.
+        prepared["q_disjoint"] = ranges_disjoint(one[0])
         return prepared
 
     def _call_ranges(self, prepared, q, k):
         return prepared["batch_one"] if q.shape[0] == 1 else self._ranges(prepared, q, k)
 
-    def forward_into(self, q, k, v, prepared, scale, acc_out, acc_lse, sm_margin=0):
+    def forward_into(self, q, k, v, prepared, scale, acc, sm_margin=0):
         # FFA corrects what the buffers hold by their LSE and adds the block (atomically, in float32),
         # as MagiAttention's own stages do: no merge pass, no partial output.  Rows no range covers
-        # keep what they had.
+        # keep what they had.  The first block, if its query ranges are disjoint, is written plainly.
+        plain = acc.fresh and prepared["q_disjoint"]
+        if not plain:
+            acc.start_zeroed()
+        acc.fresh = False
         b, s, h, d = q.shape
         self.fwd(q=_packed(q), k=_packed(k), v=_packed(v), sink=None, sink_layout="sh",
-                 out=acc_out.view(b * s, h, d), lse=acc_lse.view(b * s, h), softmax_scale=scale, softcap=0.0,
-                 out_type=torch.float32, disable_fwd_atomic_reduction=False, deterministic=False, sm_margin=sm_margin,
-                 **self._call_ranges(prepared, q, k))
+                 out=acc.out.view(b * s, h, d), lse=acc.lse.view(b * s, h), softmax_scale=scale, softcap=0.0,
+                 out_type=torch.float32, disable_fwd_atomic_reduction=plain, deterministic=False,
+                 sm_margin=sm_margin, **self._call_ranges(prepared, q, k))
 
     def forward(self, q, k, v, prepared, scale):
-        b, s, h, d = q.shape
-        out = torch.zeros(b, s, h, d, dtype=torch.float32, device=q.device)
-        lse = torch.full((b, s, h), float("-inf"), dtype=torch.float32, device=q.device)
-        self.forward_into(q, k, v, prepared, scale, out, lse)
+        from .local import Accumulators
+
+        acc = Accumulators.unset(q.shape, q.device)
+        self.forward_into(q, k, v, prepared, scale, acc)
+        out, lse = acc.result()
         return out.transpose(1, 2), lse.transpose(1, 2)
 
     def backward_into(self, dout, q, k, v, out, lse, prepared, scale, dq_acc, sm_margin=0):

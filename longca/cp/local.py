@@ -114,6 +114,33 @@ def merge_into(acc_out: torch.Tensor, acc_lse: torch.Tensor, out: torch.Tensor, 
     acc_lse.copy_(shift + torch.log(total))
 
 
+@dataclass
+class Accumulators:
+    """A rank's running float32 output and LSE.  ``out`` is left unset until the first block lands
+    (``fresh``): a one-call kernel that can write that block whole (FFA, disjoint query ranges) fills
+    it without a zero fill or atomics; any other first block zeroes it first (``start_zeroed``)."""
+
+    out: torch.Tensor
+    lse: torch.Tensor
+    fresh: bool = True
+
+    @classmethod
+    def unset(cls, shape, device) -> "Accumulators":
+        """``shape``: the output's, ``(b, s, h, d)`` or ``(b, h, s, d)``; the LSE's drops ``d``."""
+        return cls(torch.empty(*shape, dtype=torch.float32, device=device),
+                   torch.full(tuple(shape[:-1]), float("-inf"), dtype=torch.float32, device=device))
+
+    def start_zeroed(self) -> None:
+        if self.fresh:
+            self.out.zero_()
+            self.fresh = False
+
+    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(out, lse)``; rows no block reached are zero with LSE -inf."""
+        self.start_zeroed()
+        return self.out, self.lse
+
+
 class BlockAttention:
     """A registry kernel's LSE entry point on ``(b, s, h, d)`` tensors with GQA."""
 
@@ -175,12 +202,9 @@ class BlockAttention:
     # Accumulators.  Pieces: ``(b, h, s, d)`` / ``(b, h, s)``, the kernels' layout.  One call per
     # block: laid out as the tokens are, ``(b, s, h, d)`` / ``(b, s, h)``, which FFA reduces into
     # directly.  Strategies only pass them on (new_*, then finish / dq_result).
-    def new_accumulators(self, q: torch.Tensor):
+    def new_accumulators(self, q: torch.Tensor) -> Accumulators:
         b, s, h, d = q.shape
-        shape = (b, s, h) if self.fused is not None else (b, h, s)
-        out = torch.zeros(*shape, d, dtype=torch.float32, device=q.device)
-        lse = torch.full(shape, float("-inf"), dtype=torch.float32, device=q.device)
-        return out, lse
+        return Accumulators.unset((b, s, h, d) if self.fused is not None else (b, h, s, d), q.device)
 
     def new_dq(self, q: torch.Tensor) -> torch.Tensor:
         b, s, h, d = q.shape
@@ -199,11 +223,11 @@ class BlockAttention:
         ``overlapped``: a transfer is in flight meanwhile (the call leaves it ``comm_sm_margin`` SMs)."""
         if not pieces:
             return
-        acc_out, acc_lse = acc
         if isinstance(pieces, FusedBlock):
-            self.fused.forward_into(q, k, v, pieces.prepared, self.scale, acc_out, acc_lse,
-                                    sm_margin=self._margin(overlapped))
+            self.fused.forward_into(q, k, v, pieces.prepared, self.scale, acc, sm_margin=self._margin(overlapped))
             return
+        acc.start_zeroed()
+        acc_out, acc_lse = acc.out, acc.lse
         qh, kh, vh = self._heads(q), self._expand(k), self._expand(v)
         for p in pieces:
             bias = self._bias(p, q.device) if p.mode == "bias" else None
@@ -213,7 +237,7 @@ class BlockAttention:
 
     def finish(self, acc, dtype: torch.dtype):
         """Accumulators → ``(out (b, s, h, d) in dtype, lse (b, h, s) float32)``."""
-        out, lse = acc
+        out, lse = acc.result()
         if self.fused is not None:
             return out.to(dtype), lse.transpose(1, 2)
         return out.transpose(1, 2).to(dtype).contiguous(), lse

@@ -212,9 +212,12 @@ def test_each_published_stage_measures_cells_of_its_table_with_the_table_setting
 
 CP_TABLES = [REPO / "docs" / "results" / name
              for name in ("cp_4xh100_2026-11-27", "cp_4xh100_graphs_2026-11-27", "cp_2xh200_2026-11-27",
-                          "cp_4xh100_magi_2026-11-27", "cp_4xh200_2026-11-27")]
+                          "cp_4xh100_magi_2026-11-27", "cp_4xh200_2026-11-27", "cp_4xh100_64k_2026-11-27")]
 # Strategies that are a library's own CP (its own dispatch and local calls), not LongCA's blocks.
 LIBRARY_CP = ("torch_cp", "magi")
+# ok rows at cp_size 2 and 4 a table holds: the publications at least 150 (the issue's bar); the
+# 64K table re-measures three masks after a change to the local call, so it has fewer.
+MIN_OK_ABOVE_ONE = {"cp_4xh100_64k_2026-11-27": 113}
 
 
 @pytest.mark.parametrize("table_dir", CP_TABLES, ids=lambda p: p.name)
@@ -241,7 +244,7 @@ def test_a_published_cp_table_is_cells_of_its_grid_gated_and_timed_by_the_slowes
     assert all(m >= max(r) * (1 - 1e-9) for m, r in zip(ok["median_ms"], ok["rank_median_ms"]))
     per_gpu = ok["flops"] / ok["cp_size"] / (ok["median_ms"] * 1e-3) / 1e12
     assert ((per_gpu / ok["tflops_per_gpu"] - 1).abs() < 1e-9).all()
-    assert len(ok[ok["cp_size"] > 1]) >= 150
+    assert len(ok[ok["cp_size"] > 1]) >= MIN_OK_ABOVE_ONE.get(table_dir.name, 150)
     ours = ok[~ok["strategy"].isin(LIBRARY_CP)]
     assert set(ours["local_kernel"]) == {"ffa"}
     assert {json.loads(n)["local_calls"] for n in ours["notes"]} == {"fused"}
@@ -251,7 +254,8 @@ def test_a_published_cp_table_is_cells_of_its_grid_gated_and_timed_by_the_slowes
 
 
 @pytest.mark.parametrize("page, kernel_table", [(CP_TABLES[1], "h100_2026-11-23"), (CP_TABLES[2], "h200_2026-11-23"),
-                                                (CP_TABLES[3], "h100_2026-11-23"), (CP_TABLES[4], "h200_2026-11-23")],
+                                                (CP_TABLES[3], "h100_2026-11-23"), (CP_TABLES[4], "h200_2026-11-23"),
+                                                (CP_TABLES[5], "h100_2026-11-23")],
                          ids=lambda p: getattr(p, "name", p))
 def test_the_cp_pages_best_strategy_table_is_what_its_parquet_says(page, kernel_table):
     """The table on a graph-timed CP page is benchmarks/cp_summary.py's output on the committed

@@ -21,7 +21,7 @@ def test_gpu_config_is_the_paper_scale_grid():
     # Every kernel LongCA has except the unfused reference (its scores alone need ~275 GB at 32K) and
     # the block-sparse kernels that run only per-head patterns (config/sparse.yaml's study).
     per_head_only = {n for n in kernels.names() if getattr(kernels.get(n), "head_masks", False)}
-    assert per_head_only == {"ffa_block_sparse", "flex_block_sparse", "vsa_triton"}
+    assert per_head_only == {"ffa_block_sparse", "flex_block_sparse", "vsa_triton", "flashinfer_block_sparse"}
     assert set(cfg["kernels"]) == set(kernels.names()) - {"sdpa_math"} - per_head_only - {
         n for n in kernels.names() if n.startswith("test_")}
     assert {e.name for e in config.mask_entries(cfg)} == set(masks.PATTERNS)
@@ -90,7 +90,7 @@ def _without_images_and_stamp(html: str) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("run", "cells", "cp_cells"), [("h100_2026-11-23", 3360, 288), ("h200_2026-11-23", 3360, 0),
-                                                      ("sparse_h100_2026-11-27", 427, 0)])
+                                                      ("sparse_h100_2026-11-27", 463, 0)])
 def test_a_fresh_clone_renders_the_published_report_from_the_committed_parquet(tmp_path, run, cells, cp_cells):
     """A published run: the committed kernels.parquet (and cp.parquet beside it) alone gives back
     its report (every table, number and winner; the figures' pixels and the generation time aside)."""

@@ -50,6 +50,17 @@
 #   vsa  fastvideo-kernel (FastVideo's Video Sparse Attention, VSA_VERSION): its Python package packed as
 #        a wheel from the PyPI sdist, without its CUDA extension, for LongCA's vsa_triton (Triton
 #        kernels, compiled on the GPU at first call) + einops.  Seconds.
+#   flashinfer  FlashInfer (FLASHINFER_VERSION, PyPI wheel) for LongCA's flashinfer_block_sparse: its
+#        kernels are tvm-ffi modules (no libpython/libtorch link) JIT-built at first use unless
+#        flashinfer/data/aot/<uri>/<uri>.so exists (JitSpecNvcc.try_load looks there first).  The one
+#        module VariableBlockSparseAttentionWrapper asks for on Hopper (batch prefill, FA3 backend, bf16,
+#        head dim 128, int32 indices; group size and causal are run-time arguments) is compiled there for
+#        sm_90a by FlashInfer's own JitSpec, against a soname-only libcuda stub (the module does not
+#        keep it).  The package is packed without what `import flashinfer` and this path never load
+#        (JIT headers and CUTLASS/CCCL, most of flashinfer/experimental, moe_ep; the top-level csrc
+#        templates stay: FlashInfer regenerates its sources before the lookup) as a tar.xz beside the
+#        apache-tvm-ffi wheel (5.7 + 3.3 MB); install_kernels.sh unpacks it into the same TARGET.  11 min here
+#        (one module, MAX_JOBS=1; 2026-11-27).
 # Times: this container (2 cores, 24 GB; nice 19, MAX_JOBS=2), 2026-11-25, sources and toolchain
 # already downloaded; the first run also downloads ~4 GB (torch 2.11.0 + CUDA 13.0 wheels).
 set -euo pipefail
@@ -85,6 +96,11 @@ MAGI_COMMIT=2c6413571c2cac6a80d1f85a434c6713fe0f5286      # MagiAttention main, 
 MAGI_CUTLASS_COMMIT=81a43e6d92cdd8c20d22392f9579604ed5f710a1   # its magi_attention/csrc/cutlass submodule
 MAGI_VERSION=1.1.1+g2c64135     # versioningit's default-version + commit (no git work tree here)
 VSA_VERSION=0.3.5               # fastvideo-kernel (FastVideo's VSA): its Python package, Triton kernels only
+FLASHINFER_VERSION=0.7.2.post1  # flashinfer-python (its wheel: Python + JIT sources)
+TVM_FFI_VERSION=0.1.15.post2    # apache-tvm-ffi, FlashInfer's module ABI (cp312 wheel)
+# What `import flashinfer` needs besides torch, and the GPU machine had: requests, nvidia-ml-py, tqdm,
+# click, tabulate, einops, packaging, ninja; here only to import it while building.
+FLASHINFER_BUILD_DEPS="requests nvidia-ml-py tqdm click tabulate einops"
 FFA_PY_DEPS="einops==0.8.2 debugpy==1.8.22 packaging==26.4"   # imported by magi_attention at import time
                                 # (+ torch, jinja2, filelock, numpy, triton: there with torch 2.11)
 FA3_FLAGS="BACKWARD=FALSE SM80=TRUE FP16=TRUE FP8=TRUE HDIM64=TRUE HDIM96=TRUE HDIM192=TRUE HDIM256=TRUE
@@ -386,6 +402,46 @@ EOF
   $PIP download -q --no-deps --only-binary=:all: --python-version 3.12 --platform any -d "$OUT/wheels" einops==0.8.2
 }
 
+# ---- FlashInfer, its block-sparse prefill module prebuilt --------------------------------------------------
+build_flashinfer() {
+  local d=$WORK/flashinfer t0=$SECONDS
+  rm -rf "$d/site" "$d/stage" && mkdir -p "$d/site" "$d/ws" "$d/stubs" "$d/stage"
+  $PIP download -q --no-deps -d "$d" "flashinfer-python==$FLASHINFER_VERSION"
+  $PIP download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
+    -d "$OUT/wheels" "apache-tvm-ffi==$TVM_FFI_VERSION"
+  $PIP install -q --no-deps --target "$d/site" "$d"/flashinfer_python-*.whl "$OUT/wheels"/apache_tvm_ffi-*.whl
+  $PIP install -q $FLASHINFER_BUILD_DEPS
+  echo 'void longca_cuda_stub(void){}' | gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$d/stubs/libcuda.so" -x c -
+  log "flashinfer: compiling the sm_90a batch-prefill module (FA3 backend, bf16, head dim 128)"
+  CUDA_VISIBLE_DEVICES="" FLASHINFER_CUDA_ARCH_LIST="9.0a" FLASHINFER_WORKSPACE_BASE="$d/ws" \
+  FLASHINFER_EXTRA_LDFLAGS="-L$d/stubs" FLASHINFER_NVCC_THREADS=1 PYTHONPATH="$d/site" \
+    $NICE "$PY" - "$d/site/flashinfer/data/aot" <<'PYEOF'
+import shutil, sys
+from pathlib import Path
+import torch
+from flashinfer.jit.attention.modules import gen_batch_prefill_module
+# (q, kv, o dtypes, index dtype, head dim qk, vo, pos. encoding NONE, no sliding window, no soft cap,
+# no fp16 qk reduction): what the wrapper's plan() asks for with q_data_type=bf16 on Hopper.
+spec = gen_batch_prefill_module("fa3", torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.int32, 128, 128,
+                                0, False, False, False)
+spec.build(verbose=False)
+dest = Path(sys.argv[1]) / spec.name
+dest.mkdir(parents=True, exist_ok=True)
+shutil.copy2(spec.jit_library_path, dest / f"{spec.name}.so")
+print(spec.name)
+PYEOF
+  # The package as `import flashinfer` and the wrapper load it: no JIT headers, no unused subpackages.
+  ( cd "$d/site" && tar -cf - --exclude '__pycache__' flashinfer flashinfer_python-*.dist-info b12x ) | tar -C "$d/stage" -xf -
+  ( cd "$d/stage/flashinfer" || exit 1
+    rm -rf moe_ep data/include data/cccl data/cutlass data/spdlog
+    find data/csrc -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
+    find experimental -mindepth 1 -maxdepth 1 -type d ! -name cake_nvfp4_per_token -exec rm -rf {} + )
+  PYTHONPATH="$d/stage:$d/site" CUDA_VISIBLE_DEVICES="" "$PY" -c \
+    "import flashinfer; flashinfer.VariableBlockSparseAttentionWrapper; print('flashinfer', flashinfer.__version__, 'imports')"
+  ( cd "$d/stage" && tar -cf - --owner=0 --group=0 . | $NICE xz -9 -T1 > "$OUT/wheels/flashinfer-$FLASHINFER_VERSION-sm90a.tar.xz" )
+  log "flashinfer built in $(( (SECONDS - t0) / 60 )) min"
+}
+
 # ---- packing for the GPU machine ---------------------------------------------------------------------------
 write_installer() {
   cat > "$OUT/install_kernels.sh" <<'EOF'
@@ -405,6 +461,8 @@ install_whl() {
   cp -r "$tmp"/. "$T"/ && rm -rf "$tmp"; echo "installed $(basename "$1")"
 }
 for w in "$PART"/*.whl; do install_whl "$w"; done
+# A package that is not a wheel (FlashInfer with its prebuilt modules) comes as a tar.xz of TARGET's layout.
+for t in "$PART"/*.tar.xz; do tar -xJf "$t" -C "$T"; echo "unpacked $(basename "$t")"; done
 # A wheel too big for one part comes as NAME.whl.partNN pieces (in several parts) + NAME.whl.sha256.
 cp "$PART"/*.whl.part* "$PART"/*.whl.sha256 /tmp/kernel-pieces/ 2>/dev/null || true
 for s in /tmp/kernel-pieces/*.whl.sha256; do
@@ -426,7 +484,8 @@ pack() {
   ls "$OUT"/wheels/*.whl >/dev/null 2>&1 || { echo "no wheels in $OUT/wheels" >&2; return 1; }
   rm -rf "$OUT"/part* "$OUT/pieces" && mkdir -p "$OUT/pieces"
   write_installer
-  for f in "$OUT"/wheels/*.whl; do
+  for f in "$OUT"/wheels/*.whl "$OUT"/wheels/*.tar.xz; do
+    [ -e "$f" ] || continue
     if [ "$(stat -c %s "$f")" -gt "$PIECE" ]; then      # too big for one part: split it
       ( cd "$OUT/wheels" && sha256sum "$(basename "$f")" > "$OUT/pieces/$(basename "$f").sha256" )
       split -b "$PIECE" -d "$f" "$OUT/pieces/$(basename "$f").part"
@@ -436,7 +495,7 @@ pack() {
   done
   # Fill parts of at most PART_BYTES (installer and checksums included): whole wheels first (biggest
   # first; so part1 alone gives FA2 and FA3), then the pieces of split wheels, in order.
-  for f in $(ls -S "$OUT"/pieces/*.whl 2>/dev/null) $(ls "$OUT"/pieces/*.whl.part* 2>/dev/null); do
+  for f in $(ls -S "$OUT"/pieces/*.whl "$OUT"/pieces/*.tar.xz 2>/dev/null) $(ls "$OUT"/pieces/*.whl.part* 2>/dev/null); do
     sz=$(stat -c %s "$f")
     if [ "$n" -eq 0 ] || [ $((used + sz)) -gt "$PIECE" ]; then
       n=$((n + 1)); used=0; mkdir -p "$OUT/part$n"; cp "$OUT/install_kernels.sh" "$OUT/part$n/"
@@ -508,8 +567,9 @@ for lib in $LIBS; do
     fa3) build_fa3 ;;
     ffa) build_ffa ;;
     vsa) build_vsa ;;
+    flashinfer) build_flashinfer ;;
     pack) ;;  # only (re)pack what OUT_DIR/wheels holds
-    *) echo "unknown library $lib (fa2, te, fa3, ffa, vsa)" >&2; exit 2 ;;
+    *) echo "unknown library $lib (fa2, te, fa3, ffa, vsa, flashinfer)" >&2; exit 2 ;;
   esac
 done
 pack

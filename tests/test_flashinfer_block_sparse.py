@@ -5,13 +5,11 @@ documented semantics (head-major tensors, query head h reads KV head h // group,
 head g attended where the map says so) is exact per-head attention; the backward, a batch, other
 masks and a missing library are `unsupported`, saying why."""
 
-import sys
-import types
 
 import pytest
 import torch
+from stand_in import fresh_adapter, install_library
 
-from longca import kernels
 from longca.attention import reference
 from longca.attention.problem import ProblemSpec
 from longca.execution.measure.cell import CellSpec, run_cell
@@ -45,12 +43,8 @@ class StandInWrapper:
 
 @pytest.fixture
 def flashinfer(monkeypatch):
-    module = types.ModuleType("flashinfer")
-    module.VariableBlockSparseAttentionWrapper = StandInWrapper
-    monkeypatch.setitem(sys.modules, "flashinfer", module)
-    kernel = type(kernels.get("flashinfer_block_sparse"))()  # fresh: the registered one may cache "missing"
-    assert kernel.available() is None
-    return kernel
+    install_library(monkeypatch, "flashinfer", VariableBlockSparseAttentionWrapper=StandInWrapper)
+    return fresh_adapter("flashinfer_block_sparse")
 
 
 def _problem(block, **over):

@@ -3,13 +3,11 @@
 the adapter's call, through a stand-in library that follows those rules, is exact attention; and
 without the library the cell is `unsupported`, saying so."""
 
-import sys
-import types
 
 import pytest
 import torch
+from stand_in import fresh_adapter, install_library
 
-from longca import kernels
 from longca.attention import mask_convert, masks, reference
 from longca.attention.problem import ProblemSpec
 from longca.execution.measure.cell import CellSpec, run_cell
@@ -72,15 +70,8 @@ def _stand_in_ffa(q, k, v, q_ranges, k_ranges, attn_type_map, **_):
 
 @pytest.fixture
 def ffa_library(monkeypatch):
-    package = types.ModuleType("magi_attention")
-    functional = types.ModuleType("magi_attention.functional")
-    functional.flex_flash_attn_func = _stand_in_ffa
-    package.functional = functional
-    monkeypatch.setitem(sys.modules, "magi_attention", package)
-    monkeypatch.setitem(sys.modules, "magi_attention.functional", functional)
-    kernel = type(kernels.get("ffa"))()    # a fresh adapter: the registered one may have cached "missing"
-    assert kernel.available() is None
-    return kernel
+    install_library(monkeypatch, "magi_attention.functional", flex_flash_attn_func=_stand_in_ffa)
+    return fresh_adapter("ffa")
 
 
 @pytest.mark.parametrize("pattern", ["sliding_window_causal", "varlen_block_causal", "prefix_lm_varlen",
@@ -110,8 +101,7 @@ def test_ffa_block_sparse_runs_each_kv_heads_tiles_as_its_own_stretch_of_tokens(
     """Per-head block patterns through the stand-in library: each KV head's kept tiles, offset by
     head and sequence, with the group's query heads as FFA's heads, are exact per-head attention
     (forward and gradients), against the reference masking each query head with its KV head's tiles."""
-    kernel = type(kernels.get("ffa_block_sparse"))()
-    assert kernel.available() is None
+    kernel = fresh_adapter("ffa_block_sparse")
     problem = ProblemSpec(mask="sparse", pattern="block_sparse_heads", seqlen=256, dtype="float64", seed=3,
                           batch=2, heads_q=4, heads_kv=2, head_dim=8,
                           mask_params={"kept": 0.3, "block": 32, "heads": 2, "group": 2}).problem()
@@ -130,6 +120,6 @@ def test_ffa_block_sparse_runs_each_kv_heads_tiles_as_its_own_stretch_of_tokens(
 
 
 def test_ffa_block_sparse_takes_only_per_head_patterns(ffa_library):
-    kernel = type(kernels.get("ffa_block_sparse"))()
+    kernel = fresh_adapter("ffa_block_sparse")
     problem = ProblemSpec(mask="causal", seqlen=128, dtype="bfloat16").problem()
     assert "block_sparse_heads" in kernel.supports_mask(problem)

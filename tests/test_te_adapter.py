@@ -3,11 +3,10 @@ stand-in `transformer_engine.pytorch` that follows DotProductAttention's documen
 each mask it takes (full, causal, both windows, packed documents) goes in as TE's mask type and
 window_size and gives exact attention; masks beyond documents × (causal | window) are unsupported."""
 
-import sys
-import types
 
 import pytest
 import torch
+from stand_in import install_library
 
 from longca import kernels
 from longca.attention import reference
@@ -66,13 +65,8 @@ class StandInDotProductAttention:
 
 @pytest.fixture
 def te_adapter(monkeypatch):
-    package = types.ModuleType("transformer_engine")
-    pytorch = types.ModuleType("transformer_engine.pytorch")
-    pytorch.DotProductAttention = StandInDotProductAttention
-    pytorch.__version__ = "stand-in"
-    package.pytorch = pytorch
-    monkeypatch.setitem(sys.modules, "transformer_engine", package)
-    monkeypatch.setitem(sys.modules, "transformer_engine.pytorch", pytorch)
+    install_library(monkeypatch, "transformer_engine.pytorch", DotProductAttention=StandInDotProductAttention,
+                    __version__="stand-in")
     transformer_engine_attn._te.cache_clear()
     StandInDotProductAttention.made.clear()
     yield kernels.get("te_fused")

@@ -5,13 +5,11 @@ as query heads) is exact per-head attention, forward and gradients; without the 
 is `unsupported`, saying what to install."""
 
 import itertools
-import sys
-import types
 
 import pytest
 import torch
+from stand_in import fresh_adapter, install_library
 
-from longca import kernels
 from longca.attention import reference
 from longca.attention.problem import ProblemSpec
 from longca.execution.measure.cell import CellSpec, run_cell
@@ -35,15 +33,8 @@ def _stand_in_vsa(q, k, v, q2k_idx, q2k_num, tile_sizes):
 
 @pytest.fixture
 def vsa(monkeypatch):
-    package = types.ModuleType("fastvideo_kernel")
-    module = types.ModuleType("fastvideo_kernel.block_sparse_attn")
-    module.block_sparse_attn_triton = _stand_in_vsa
-    package.block_sparse_attn = module
-    monkeypatch.setitem(sys.modules, "fastvideo_kernel", package)
-    monkeypatch.setitem(sys.modules, "fastvideo_kernel.block_sparse_attn", module)
-    kernel = type(kernels.get("vsa_triton"))()  # a fresh adapter: the registered one may have cached "missing"
-    assert kernel.available() is None
-    return kernel
+    install_library(monkeypatch, "fastvideo_kernel.block_sparse_attn", block_sparse_attn_triton=_stand_in_vsa)
+    return fresh_adapter("vsa_triton")
 
 
 def _problem(block, **over):

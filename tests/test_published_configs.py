@@ -90,7 +90,8 @@ def _without_images_and_stamp(html: str) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("run", "cells", "cp_cells"), [("h100_2026-11-23", 3360, 288), ("h200_2026-11-23", 3360, 0),
-                                                      ("sparse_h100_2026-11-27", 463, 0)])
+                                                      ("sparse_h100_2026-11-27", 463, 0),
+                                                      ("sparse_h200_2026-11-27", 484, 0)])
 def test_a_fresh_clone_renders_the_published_report_from_the_committed_parquet(tmp_path, run, cells, cp_cells):
     """A published run: the committed kernels.parquet (and cp.parquet beside it) alone gives back
     its report (every table, number and winner; the figures' pixels and the generation time aside)."""
@@ -285,12 +286,13 @@ def test_the_4xh200_cp_table_is_run_1_completed_by_run_2_and_its_run_to_run_page
     assert summary(run1, run2) in (page / "run_to_run.md").read_text()
 
 
-def test_the_sparse_page_quotes_its_table():
+@pytest.mark.parametrize("run", ["sparse_h100_2026-11-27", "sparse_h200_2026-11-27"])
+def test_the_sparse_page_quotes_its_table(run):
     """The sparse study's page prints what benchmarks/sparse_summary.py computes from the committed
     Parquet (its report is rebuilt from it above)."""
     from benchmarks import sparse_summary
 
-    published = REPO / "docs" / "results" / "sparse_h100_2026-11-27"
+    published = REPO / "docs" / "results" / run
     table = sparse_summary.kernel_table(pd.read_parquet(published / "kernels.parquet"), 0.05)
     assert table in (published / "README.md").read_text()
     assert table.count("\n") == 41  # header rule + 40 groups: 2 blocks x 5 fractions x 2 lengths x 2 directions

@@ -67,3 +67,20 @@ def test_cuda_graph_mode_times_eagerly_on_cpu_and_records_nothing_of_graphs():
     assert row["status"] == "ok", row["reason"]
     assert row["cuda_graph"] is True
     assert row["timed_via"] is None and row["host_ms"] is None
+
+
+def test_a_row_records_the_wall_of_each_part_it_measured_and_none_for_parts_it_reused(tmp_path):
+    from longca.execution.store import Store
+
+    store = Store(tmp_path / "store")
+    spec = CellSpec(kernel="sdpa_math", mask="causal", direction="bwd", **SMALL)
+    first = run_cell(spec, store)
+    walls = {part: first[f"{part}_wall_s"] for part in ("gate", "time", "memory")}
+    assert first["status"] == "ok" and first["parts_reused"] is None
+    assert all(w is not None and w > 0 for w in walls.values()), walls
+    assert sum(walls.values()) <= first["wall_s"]
+    again = run_cell(spec, store)
+    assert again["parts_reused"] == "gate,time,memory"
+    assert [again[f"{part}_wall_s"] for part in ("gate", "time", "memory")] == [None, None, None]
+    unsupported = run_cell(CellSpec(kernel="sdpa_cudnn", mask="causal", **SMALL), store)
+    assert [unsupported[f"{part}_wall_s"] for part in ("gate", "time", "memory")] == [None, None, None]

@@ -117,6 +117,8 @@ def test_fixing_the_gate_re_gates_every_cell_and_re_times_none(clone, tmp_path):
         row = json.loads((clone / cell).read_text())
         was = before[row["cell_id"]]
         assert row["status"] == "ok" and row["parts_reused"] == "time,memory"
+        assert row["gate_wall_s"] > 0 and row["time_wall_s"] is None and row["memory_wall_s"] is None
+        assert min(was["gate_wall_s"], was["time_wall_s"], was["memory_wall_s"]) > 0  # measured whole before
         assert (row["median_ms"], row["timed_at"]) == (was["median_ms"], was["timed_at"])
         assert row["gate_error"] == was["gate_error"]  # the same gate, measured again
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from typing import Any, Callable
 
 import torch
@@ -38,6 +39,27 @@ def timed_call(kernel: Kernel, problem: Problem) -> tuple[Callable[[], object], 
     return run, prepared
 
 
+# Every call of the host probe runs on the GPU too, and the probe waits for them: it may cost about
+# this much GPU time.  Ten calls of a 100 ms kernel (a 32K dense mask) were most of such a cell's wall.
+HOST_PROBE_MS = 10.0
+HOST_PROBE_CALLS = 10
+
+
+def _host_ms(run: Callable[[], object], device: torch.device) -> float:
+    """CPU milliseconds to issue one eager call (``graphed.host_ms``), over as many calls (at most
+    ``HOST_PROBE_CALLS``) as fit ``HOST_PROBE_MS`` of GPU time; a call longer than that is its own
+    probe: issued alone on an idle device, it is timed to its return and then waited for."""
+    torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    run()
+    issued = time.perf_counter()
+    torch.cuda.synchronize(device)
+    pace_ms = (time.perf_counter() - start) * 1e3
+    if pace_ms >= HOST_PROBE_MS:
+        return (issued - start) * 1e3
+    return graphed.host_ms(run, device, calls=max(1, min(HOST_PROBE_CALLS, int(HOST_PROBE_MS // pace_ms))))
+
+
 @contextlib.contextmanager
 def cell_call(kernel: Kernel, problem: Problem, warmup: int, cuda_graph: bool = False):
     """The call a cell times, as it times it: yields ``(call, prepared, facts)``; time ``call``
@@ -56,7 +78,7 @@ def cell_call(kernel: Kernel, problem: Problem, warmup: int, cuda_graph: bool = 
         if stream is not None:
             for _ in range(max(warmup, 1)):
                 run()
-            facts["host_ms"] = graphed.host_ms(run, problem.device)
+            facts["host_ms"] = _host_ms(run, problem.device)
             replay, facts["timed_via"] = graphed.capture(run, stream)
             call = replay or run
         yield call, prepared, facts

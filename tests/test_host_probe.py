@@ -1,0 +1,52 @@
+"""The host probe of a graphed cell (``timed._host_ms``): several calls for a short kernel, the
+probe's own paced call alone for a long one, so the probe never costs ten long kernel calls."""
+
+import time
+
+import pytest
+import torch
+
+from longca.execution.measure import graphed, timed
+
+
+@pytest.fixture
+def probe(monkeypatch):
+    """``_host_ms`` on the CPU: synchronising is a no-op, and graphed.host_ms's call counts are kept."""
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    counts = []
+    real = graphed.host_ms
+
+    def counting(run, device, calls=10):
+        counts.append(calls)
+        return real(run, torch.device("cpu"), calls)
+
+    monkeypatch.setattr(graphed, "host_ms", counting)
+    return counts
+
+
+def _sleeper(ms: float):
+    made = []
+
+    def run():
+        made.append(1)
+        time.sleep(ms / 1e3)
+    return run, made
+
+
+def test_a_short_call_is_probed_over_ten_calls(probe):
+    run, made = _sleeper(0.2)
+    assert timed._host_ms(run, torch.device("cpu")) > 0
+    assert probe == [10] and len(made) == 11
+
+
+def test_a_call_of_a_few_milliseconds_gets_as_many_calls_as_fit_the_probe_budget(probe):
+    run, made = _sleeper(3.0)
+    timed._host_ms(run, torch.device("cpu"))
+    assert probe and 1 <= probe[0] <= 3 and len(made) == 1 + probe[0]
+
+
+def test_a_long_call_is_its_own_probe(probe):
+    run, made = _sleeper(timed.HOST_PROBE_MS * 2)
+    host = timed._host_ms(run, torch.device("cpu"))
+    assert probe == [] and len(made) == 1
+    assert host >= timed.HOST_PROBE_MS * 2  # on the CPU issuing is running: the whole call

@@ -9,11 +9,12 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..attention.masks import SliceKind
+from ..attention.masks import AttnMask, SliceKind
 from ..attention.problem import Problem
 from . import _lse_ops, register
 from .base import Kernel
@@ -32,6 +33,25 @@ def _native_mode(problem: Problem) -> str | None:
     if only.kind is SliceKind.CAUSAL and square:
         return "is_causal"
     return None
+
+
+# Query rows of the dense mask built at once: a band this size is the only temporary, so a 32K mask
+# (1 GiB) costs the memory probe ~100 MiB of transients beside it, below the call's own rise.
+DENSE_ROWS = 1024
+
+
+def dense_mask(mask: AttnMask, device: torch.device) -> torch.Tensor:
+    """``mask.to_dense()`` built on ``device``, band by band from each slice's key interval per row
+    (``AttnSlice.key_bounds``).  Built on the host and copied, a 32K mask cost about as much wall as
+    ten calls of the kernel it feeds, twice per cell (timing and memory), on an H100 box."""
+    out = torch.zeros(mask.seqlen_q, mask.seqlen_k, dtype=torch.bool, device=device)
+    for s in mask.slices:
+        keys = torch.arange(s.k_start, s.k_end, device=device)
+        for start in range(s.q_start, s.q_end, DENSE_ROWS):
+            end = min(start + DENSE_ROWS, s.q_end)
+            lo, hi = (torch.from_numpy(b).to(device)[:, None] for b in s.key_bounds(np.arange(start, end)))
+            out[start:end, s.k_start:s.k_end] |= (keys >= lo) & (keys < hi)
+    return out
 
 
 # The aten entry point that returns the LSE, per (backend, device type): what CP strategies use.
@@ -68,7 +88,7 @@ class SDPA(Kernel):
         prepared: dict[str, Any] = {"mask_via": mode or "dense", "kv_expanded": problem.gqa and not self.gqa}
         prepared["is_causal"] = mode == "is_causal"
         if mode is None:
-            prepared["attn_mask"] = problem.mask.to_dense().to(problem.device)
+            prepared["attn_mask"] = dense_mask(problem.mask, problem.device)
         prepared["group"] = problem.heads_q // problem.heads_kv
         return prepared
 

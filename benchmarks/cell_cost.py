@@ -1,0 +1,188 @@
+"""What a kernel cell costs from nothing: its wall beside its GPU work, part by part.
+
+    python benchmarks/cell_cost.py RUN [--before RUN] [--memory-against PUBLISHED/kernels.parquet]
+                                   [--estimate PUBLISHED/kernels.parquet]
+
+RUN is a run's ``results/`` folder (its cells) or a ``kernels.parquet``.  A row's ``wall_s`` is the
+whole cell in its measuring process; ``gate_wall_s``, ``time_wall_s`` and ``memory_wall_s`` are the
+parts it measured (null when taken from the store).  The cell's GPU work is what its timing exists
+for: the warm-up (``warmup_spent_ms``) and the timed calls (``reps`` x ``median_ms``).  Everything
+else is overhead: the gate, the timing's set-up (inputs, ``prepare``, eager calls before capture,
+the host probe, the capture), the memory probe, and building the problem.  Only cells measured whole
+(``parts_reused`` null) say what a cell costs from nothing; the others are left out and counted.
+
+Prints, in markdown: per kernel and length, cells, mean wall, GPU work and each part; the run's
+totals; with ``--before``, the same cells in both runs side by side (mean wall, and what the timing
+part spent beyond its GPU work); with ``--memory-against``, how many ``peak_mem_bytes`` equal the
+published table's, cell by cell; with ``--estimate``, the whole grid of a published table from
+nothing on this run's GPU: each ok cell's published GPU work plus the overhead this run measured
+for a cell of that length, in calls of the kernel (the median over this run's ok cells of
+(wall - GPU work) / median_ms), so that lengths the run did not measure scale with their calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+from pathlib import Path
+
+import pandas as pd
+
+KEY = ["kernel", "mask", "seqlen", "direction", "dtype"]
+PARTS = ["gate_wall_s", "time_wall_s", "memory_wall_s"]
+
+
+def load(path: str) -> pd.DataFrame:
+    """A run's rows (a results/ folder's cell files, or a kernels.parquet), with ``gpu_s`` (the GPU
+    work of an ok cell) and ``whole`` (every part measured by the row's own job)."""
+    p = Path(path)
+    if p.is_dir():
+        files = glob.glob(str(p / "cells" / "kernels" / "**" / "*.json"), recursive=True)
+        rows = pd.DataFrame([json.loads(Path(f).read_text()) for f in files])
+    else:
+        rows = pd.read_parquet(p)
+    if rows.empty:
+        raise SystemExit(f"cell_cost.py: no kernel cells in {path}")
+    for column in PARTS + ["parts_reused", "warmup_spent_ms", "median_ms", "reps"]:
+        if column not in rows:
+            rows[column] = None
+    ok = rows["status"] == "ok"
+    rows["gpu_s"] = ((rows["warmup_spent_ms"].astype(float).fillna(0.0)
+                      + rows["reps"].astype(float).fillna(0.0) * rows["median_ms"].astype(float).fillna(0.0))
+                     / 1e3).where(ok, 0.0)
+    rows["whole"] = rows["parts_reused"].isna()
+    return rows
+
+
+def _length(seqlen: int) -> str:
+    return f"{seqlen // 1024}K"
+
+
+def per_kernel(rows: pd.DataFrame) -> str:
+    whole = rows[rows["whole"] & (rows["status"] == "ok")]
+    lines = ["| kernel | length | ok cells | mean wall s | GPU work s | gate s | timing beyond GPU work s | memory s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for (kernel, seqlen), g in whole.groupby(["kernel", "seqlen"]):
+        lines.append(f"| {kernel} | {_length(seqlen)} | {len(g)} | {g['wall_s'].mean():.3f} | {g['gpu_s'].mean():.3f} | "
+                     f"{g['gate_wall_s'].mean():.3f} | {(g['time_wall_s'] - g['gpu_s']).mean():.3f} | "
+                     f"{g['memory_wall_s'].mean():.3f} |")
+    return "\n".join(lines)
+
+
+def totals(rows: pd.DataFrame) -> str:
+    whole = rows[rows["whole"]]
+    ok = whole[whole["status"] == "ok"]
+    gpu = ok["gpu_s"].sum()
+    wall = whole["wall_s"].sum()
+    parts = {name: ok[name].sum() for name in PARTS}
+    setup = wall - sum(parts.values())
+    return "\n".join([
+        f"cells: {len(rows)}, measured whole: {len(whole)} ({len(ok)} ok, "
+        + ", ".join(f"{n} {s}" for s, n in whole["status"].value_counts().items() if s != "ok") + ")",
+        f"mean cell wall: {whole['wall_s'].mean():.3f} s over all cells measured whole, "
+        f"{ok['wall_s'].mean():.3f} s over the ok ones",
+        f"wall of the cells: {wall:.1f} s; their GPU work (warm-up + timed calls): {gpu:.1f} s; "
+        f"wall / GPU work: {wall / gpu:.2f}" if gpu else f"wall of the cells: {wall:.1f} s; no GPU work",
+        f"parts: gate {parts['gate_wall_s']:.1f} s, timing {parts['time_wall_s']:.1f} s "
+        f"(of which beyond GPU work {parts['time_wall_s'] - gpu:.1f} s), memory {parts['memory_wall_s']:.1f} s, "
+        f"set-up and unsupported cells {setup:.1f} s",
+    ])
+
+
+def side_by_side(before: pd.DataFrame, after: pd.DataFrame, labels: tuple[str, str]) -> str:
+    both = before[before["whole"] & (before["status"] == "ok")].merge(
+        after[after["whole"] & (after["status"] == "ok")], on=KEY, suffixes=("_a", "_b"))
+    if both.empty:
+        return "no cell measured whole and ok in both runs"
+    a, b = labels
+    lines = [f"{len(both)} cells measured whole and ok in both runs",
+             f"| length | cells | {a} mean wall s | {b} mean wall s | {b} / {a} | {a} timing beyond GPU work s | "
+             f"{b} timing beyond GPU work s |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for seqlen, g in list(both.groupby("seqlen")) + [("all", both)]:
+        wa, wb = g["wall_s_a"].sum(), g["wall_s_b"].sum()
+        label = seqlen if seqlen == "all" else _length(seqlen)
+        lines.append(f"| {label} | {len(g)} | {g['wall_s_a'].mean():.3f} | {g['wall_s_b'].mean():.3f} | {wb / wa:.2f} | "
+                     f"{(g['time_wall_s_a'] - g['gpu_s_a']).mean():.3f} | {(g['time_wall_s_b'] - g['gpu_s_b']).mean():.3f} |")
+    return "\n".join(lines)
+
+
+def memory_against(rows: pd.DataFrame, published: pd.DataFrame) -> str:
+    mine = rows[(rows["status"] == "ok") & rows["whole"]][KEY + ["peak_mem_bytes"]]
+    theirs = published[(published["status"] == "ok") & published["peak_mem_bytes"].notna()][KEY + ["peak_mem_bytes"]]
+    both = mine.merge(theirs, on=KEY, suffixes=("", "_published")).dropna()
+    if both.empty:
+        return "no ok cell with a memory figure in both"
+    ratio = both["peak_mem_bytes"] / both["peak_mem_bytes_published"]
+    same = int((both["peak_mem_bytes"] == both["peak_mem_bytes_published"]).sum())
+    within = int(((ratio - 1).abs() <= 0.01).sum())
+    return (f"peak_mem_bytes against the published table: {len(both)} cells; byte-identical {same} "
+            f"({same / len(both):.0%}); within 1 % {within} ({within / len(both):.0%}); "
+            f"ratio {ratio.min():.4f}-{ratio.max():.4f}")
+
+
+def overhead_calls(rows: pd.DataFrame) -> pd.DataFrame:
+    """This run's ok cells measured whole: their overhead in calls of their kernel, (wall - GPU work)
+    / median_ms, with kernel and length."""
+    ok = rows[rows["whole"] & (rows["status"] == "ok")]
+    calls = (ok["wall_s"] - ok["gpu_s"]) / (ok["median_ms"].astype(float) / 1e3)
+    return pd.DataFrame({"kernel": ok["kernel"], "seqlen": ok["seqlen"], "calls": calls})
+
+
+def _calls_for(calls: pd.DataFrame):
+    """Overhead in calls for a (kernel, length): the median of this run's cells of that kernel and
+    length; else of that length; beyond the run's longest length, the longest's."""
+    by_pair = calls.groupby(["kernel", "seqlen"])["calls"].median()
+    by_length = calls.groupby("seqlen")["calls"].median()
+    longest = by_length.index.max()
+
+    def lookup(kernel: str, seqlen: int) -> float:
+        seqlen = min(seqlen, longest)
+        return by_pair.get((kernel, seqlen), by_length.get(seqlen, by_length[longest]))
+    return lookup, by_length, longest
+
+
+def estimate(rows: pd.DataFrame, published: pd.DataFrame) -> str:
+    lookup, by_length, longest = _calls_for(overhead_calls(rows))
+    ok = published[published["status"] == "ok"]
+    per_call = pd.Series([lookup(k, s) for k, s in zip(ok["kernel"], ok["seqlen"])], index=ok.index)
+    overhead = per_call * ok["median_ms"].astype(float) / 1e3
+    gpu = ok["gpu_s"]
+    other = published[published["status"] != "ok"]
+    unsupported_wall = rows.loc[rows["status"] == "unsupported", "wall_s"].mean()
+    other_s = len(other) * unsupported_wall if len(other) and unsupported_wall == unsupported_wall else 0.0
+    total = gpu.sum() + overhead.sum() + other_s
+    by_seqlen = ", ".join(f"{_length(s)} {c:.0f}" for s, c in by_length.items())
+    beyond = ok["seqlen"] > longest
+    return "\n".join([
+        f"overhead per ok cell in calls of its kernel (median by length, this run): {by_seqlen}; each published "
+        f"cell takes its kernel's median at its length where this run has one, else the length's; longer "
+        f"lengths take the {_length(longest)} figures",
+        f"the published table: {len(published)} cells, {len(ok)} ok: GPU work {gpu.sum() / 3600:.2f} h, "
+        f"estimated overhead {overhead.sum() / 3600:.2f} h ({overhead[beyond].sum() / 3600:.2f} h of it beyond "
+        f"{_length(longest)}), other cells {other_s / 3600:.3f} h",
+        f"estimated wall of its cells from nothing on one GPU: {total / 3600:.2f} h "
+        f"(the workflow's own scheduling between cells not included)",
+    ])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", help="a run's results/ folder or kernels.parquet")
+    parser.add_argument("--before", help="an earlier run of the same cells: side by side")
+    parser.add_argument("--labels", nargs=2, default=("before", "after"))
+    parser.add_argument("--memory-against", help="a published kernels.parquet: is peak_mem_bytes the same?")
+    parser.add_argument("--estimate", help="a published kernels.parquet: its grid from nothing on this run's GPU")
+    args = parser.parse_args(argv)
+    rows = load(args.run)
+    print(totals(rows), "", per_kernel(rows), sep="\n")
+    if args.before:
+        print("", side_by_side(load(args.before), rows, tuple(args.labels)), sep="\n")
+    if args.memory_against:
+        print("", memory_against(rows, load(args.memory_against)), sep="\n")
+    if args.estimate:
+        print("", estimate(rows, load(args.estimate)), sep="\n")
+
+
+if __name__ == "__main__":
+    main()

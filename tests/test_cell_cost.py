@@ -1,0 +1,38 @@
+"""benchmarks/cell_cost.py over the committed from-nothing runs: the figures their page quotes."""
+
+from pathlib import Path
+
+import pandas as pd
+
+from benchmarks import cell_cost
+
+DATA = Path(__file__).resolve().parents[1] / "docs" / "data" / "from_nothing_h100_2026-11-27"
+PUBLISHED = DATA.parents[1] / "results" / "h100_2026-11-23" / "kernels.parquet"
+
+
+def test_the_totals_split_a_cells_wall_into_its_parts_and_gpu_work():
+    rows = cell_cost.load(str(DATA / "kernels_run2.parquet"))
+    text = cell_cost.totals(rows)
+    assert "cells: 429, measured whole: 429 (348 ok, 81 unsupported)" in text
+    assert "wall / GPU work: 2.96" in text
+    ok = rows[rows["status"] == "ok"]
+    assert (ok["gpu_s"] > 0).all() and (rows.loc[rows["status"] != "ok", "gpu_s"] == 0).all()
+    # Every ok cell measured its three parts; their sum fits in the cell's wall.
+    assert (ok[cell_cost.PARTS].sum(axis=1) <= ok["wall_s"]).all()
+
+
+def test_reused_parts_leave_a_row_out_of_what_a_cell_costs_from_nothing(tmp_path):
+    rows = pd.read_parquet(DATA / "kernels_run1.parquet")
+    rows.loc[rows.index[:40], "parts_reused"] = "gate,time"
+    rows.to_parquet(tmp_path / "k.parquet")
+    assert "cells: 440, measured whole: 400" in cell_cost.totals(cell_cost.load(str(tmp_path / "k.parquet")))
+
+
+def test_the_page_quotes_the_memory_comparison_and_the_estimate():
+    rows = cell_cost.load(str(DATA / "kernels_run2.parquet"))
+    published = cell_cost.load(str(PUBLISHED))
+    memory = cell_cost.memory_against(rows, published)
+    assert "348 cells; byte-identical 287 (82%); within 1 % 348 (100%)" in memory
+    quoted = (DATA / "cell_cost_run2.md").read_text()
+    assert memory in quoted and cell_cost.estimate(rows, published) in quoted
+    assert "4.12 h" in cell_cost.estimate(rows, published)

@@ -14,7 +14,7 @@ import torch
 # Distribution names of the kernel libraries whose versions every row records.
 KERNEL_LIBRARIES = ("flash-attn", "flash-attn-3", "flash-attn-4", "flash-attn-cute", "xformers",
                     "transformer-engine", "transformer-engine-torch", "nvidia-cudnn-frontend", "triton",
-                    "magi-attention", "fastvideo-kernel", "flashinfer-python")
+                    "magi-attention", "fastvideo-kernel", "flashinfer-python", "paddlepaddle-gpu")
 # What each kernel calls, besides torch (every kernel runs under it): distributions, and "cudnn" for
 # the cuDNN library torch loaded.  A kernel not listed calls torch alone.
 KERNEL_CALLS: dict[str, tuple[str, ...]] = {
@@ -24,6 +24,7 @@ KERNEL_CALLS: dict[str, tuple[str, ...]] = {
     "te_fused": ("transformer-engine", "cudnn"), "ffa": ("magi-attention",),
     "ffa_block_sparse": ("magi-attention",), "flex_block_sparse": ("triton",),
     "vsa_triton": ("fastvideo-kernel", "triton"), "flashinfer_block_sparse": ("flashinfer-python",),
+    "flashmask": ("paddlepaddle-gpu",),
 }
 
 

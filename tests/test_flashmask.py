@@ -113,3 +113,10 @@ def test_without_paddle_a_cell_is_unsupported_and_says_what_to_install():
                             gate_seqlen=256))
     assert row["status"] == "unsupported"
     assert "PaddlePaddle is not installed" in row["reason"] and ">= 3.0" in row["reason"]
+
+
+def test_paddles_documented_causal_example_expands_to_its_printed_matrix():
+    # flashmask_attention's docstring (Paddle 3.3): causal, every column masked from row 8 down.
+    fm = FlashMaskIndices(np.full((10, 1), 8, dtype=np.int32), causal=True)
+    printed = [[1] * (i + 1) + [0] * (9 - i) for i in range(8)] + [[0] * 10] * 2
+    assert flashmask_dense(fm, 10).astype(int).tolist() == printed

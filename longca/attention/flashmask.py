@@ -11,8 +11,12 @@ most one interval of the lower-left triangle (rows ``i >= j``) and one of the up
 * ``causal=False``, ``n = 4``: ``[LTS, LTE, UTS, UTE]``: lower rows in ``[LTS, LTE)``, upper rows
   in ``[UTS, UTE)``.
 
-So column ``j`` may attend ``[0, UTS) ∪ [UTE, j)`` above the diagonal and ``[j, LTS) ∪ [LTE, S)`` on and
-below it.  A LongCA mask converts exactly when every column's attended rows have that shape;
+Paddle's own reference (``flashmask_to_densemask`` in ``flashmask_attention``'s docstring, Paddle
+3.3) masks rows ``[LTS, LTE)`` and ``[UTS, UTE)`` of column ``j`` (and rows ``< j`` when causal)
+without clipping them to a triangle; ``to_flashmask`` keeps each run within its triangle, so both
+readings give the same mask.  Column ``j`` may then attend ``[0, UTS) ∪ [UTE, j)`` above the diagonal
+and ``[j, LTS) ∪ [LTE, S)`` on and below it.  A LongCA mask converts exactly when every column's
+attended rows have that shape;
 ``to_flashmask`` gives the narrowest form that holds the mask (causal before not, fewer indices
 before more) or raises ``NotRepresentable`` naming the first column that does not fit.
 ``flashmask_dense`` expands indices back to the bool matrix by the rules above: the conversion's
@@ -131,20 +135,19 @@ def to_flashmask(mask: AttnMask) -> FlashMaskIndices:
 
 
 def flashmask_dense(fm: FlashMaskIndices, seqlen_q: int) -> np.ndarray:
-    """The bool ``[seqlen_q, seqlen_k]`` matrix (True = attend) that FlashMask's indices describe."""
+    """The bool ``[seqlen_q, seqlen_k]`` matrix (True = attend) that FlashMask's indices describe, by
+    Paddle's reference expansion (module docstring)."""
     idx = fm.indices.astype(np.int64)
+    cols = idx.shape[0]
     rows = np.arange(seqlen_q)[:, None]
-    cols = np.arange(idx.shape[0])[None, :]
-    below = rows >= cols
     n = idx.shape[1]
+    lts = idx[:, 0]
+    lte = idx[:, 1] if (fm.causal and n == 2) or n == 4 else np.full(cols, seqlen_q)
     if fm.causal:
-        lts, lte = idx[:, 0], (idx[:, 1] if n == 2 else np.full(idx.shape[0], seqlen_q))
-        uts, ute = np.zeros_like(lts), np.arange(idx.shape[0])
+        uts, ute = np.zeros(cols, dtype=np.int64), np.arange(cols)
     elif n == 2:
-        lts, lte = idx[:, 0], np.full(idx.shape[0], seqlen_q)
-        uts, ute = np.zeros_like(lts), idx[:, 1]
+        uts, ute = np.zeros(cols, dtype=np.int64), idx[:, 1]
     else:
-        lts, lte, uts, ute = idx[:, 0], idx[:, 1], idx[:, 2], idx[:, 3]
-    masked_below = below & (rows >= lts[None, :]) & (rows < lte[None, :])
-    masked_above = ~below & (rows >= uts[None, :]) & (rows < ute[None, :])
-    return ~(masked_below | masked_above)
+        uts, ute = idx[:, 2], idx[:, 3]
+    masked = ((rows >= lts[None, :]) & (rows < lte[None, :])) | ((rows >= uts[None, :]) & (rows < ute[None, :]))
+    return ~masked

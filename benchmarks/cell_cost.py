@@ -55,12 +55,17 @@ def load(path: str) -> pd.DataFrame:
     return rows
 
 
+def _whole_ok(rows: pd.DataFrame) -> pd.DataFrame:
+    """The ok cells whose parts were all measured by their own job: what a cell costs from nothing."""
+    return rows[rows["whole"] & (rows["status"] == "ok")]
+
+
 def _length(seqlen: int) -> str:
     return f"{seqlen // 1024}K"
 
 
 def per_kernel(rows: pd.DataFrame) -> str:
-    whole = rows[rows["whole"] & (rows["status"] == "ok")]
+    whole = _whole_ok(rows)
     lines = ["| kernel | length | ok cells | mean wall s | GPU work s | gate s | timing beyond GPU work s | memory s |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (kernel, seqlen), g in whole.groupby(["kernel", "seqlen"]):
@@ -94,7 +99,7 @@ def first_use(rows: pd.DataFrame) -> str:
     """Per kernel, its first ok cell measured whole in the run (by ``timed_at``): what it cost beyond its
     GPU work (compilation, plans, a library's first load), beside the median of the kernel's other
     cells.  The difference is paid once per measuring process and GPU."""
-    ok = rows[rows["whole"] & (rows["status"] == "ok")].copy()
+    ok = _whole_ok(rows).copy()
     if ok.empty or "timed_at" not in ok:
         return "no ok cell measured whole"
     ok["overhead_s"] = ok["wall_s"] - ok["gpu_s"]
@@ -112,8 +117,7 @@ def first_use(rows: pd.DataFrame) -> str:
 
 
 def side_by_side(before: pd.DataFrame, after: pd.DataFrame, labels: tuple[str, str]) -> str:
-    both = before[before["whole"] & (before["status"] == "ok")].merge(
-        after[after["whole"] & (after["status"] == "ok")], on=KEY, suffixes=("_a", "_b"))
+    both = _whole_ok(before).merge(_whole_ok(after), on=KEY, suffixes=("_a", "_b"))
     if both.empty:
         return "no cell measured whole and ok in both runs"
     a, b = labels
@@ -129,7 +133,7 @@ def side_by_side(before: pd.DataFrame, after: pd.DataFrame, labels: tuple[str, s
 
 
 def memory_against(rows: pd.DataFrame, published: pd.DataFrame) -> str:
-    mine = rows[(rows["status"] == "ok") & rows["whole"]][KEY + ["peak_mem_bytes"]]
+    mine = _whole_ok(rows)[KEY + ["peak_mem_bytes"]]
     theirs = published[(published["status"] == "ok") & published["peak_mem_bytes"].notna()][KEY + ["peak_mem_bytes"]]
     both = mine.merge(theirs, on=KEY, suffixes=("", "_published")).dropna()
     if both.empty:
@@ -145,7 +149,7 @@ def memory_against(rows: pd.DataFrame, published: pd.DataFrame) -> str:
 def overhead_calls(rows: pd.DataFrame) -> pd.DataFrame:
     """This run's ok cells measured whole: their overhead in calls of their kernel, (wall - GPU work)
     / median_ms, with kernel and length."""
-    ok = rows[rows["whole"] & (rows["status"] == "ok")]
+    ok = _whole_ok(rows)
     calls = (ok["wall_s"] - ok["gpu_s"]) / (ok["median_ms"].astype(float) / 1e3)
     return pd.DataFrame({"kernel": ok["kernel"], "seqlen": ok["seqlen"], "calls": calls})
 

@@ -120,3 +120,15 @@ def test_paddles_documented_causal_example_expands_to_its_printed_matrix():
     fm = FlashMaskIndices(np.full((10, 1), 8, dtype=np.int32), causal=True)
     printed = [[1] * (i + 1) + [0] * (9 - i) for i in range(8)] + [[0] * 10] * 2
     assert flashmask_dense(fm, 10).astype(int).tolist() == printed
+
+
+def test_a_cells_mask_is_converted_once_for_its_checks_and_its_prepare(flashmask, monkeypatch):
+    from longca.kernels import flashmask as adapter_module
+
+    made = []
+    real = adapter_module.to_flashmask
+    monkeypatch.setattr(adapter_module, "to_flashmask", lambda mask: made.append(mask.name) or real(mask))
+    problem = ProblemSpec(mask="varlen_causal", seqlen=384, dtype="float64", heads_q=4, heads_kv=2, head_dim=8).problem()
+    assert flashmask.supports_mask(problem) is None
+    flashmask.prepare(problem)
+    assert made == ["varlen_causal"]

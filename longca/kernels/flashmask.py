@@ -15,16 +15,22 @@ is installed; elsewhere its rows are ``unsupported`` and name what is missing.
 from __future__ import annotations
 
 import importlib
+from collections import OrderedDict
 from typing import Any
 
 import torch
 
-from ..attention.flashmask import NotRepresentable, to_flashmask
+from ..attention import mask_convert
+from ..attention.flashmask import FlashMaskIndices, NotRepresentable, to_flashmask
+from ..attention.masks import AttnMask
 from ..attention.problem import Problem
 from . import register
 from .base import Kernel
 
 MIN_VERSION = (3, 0)
+# Conversions kept: a cell asks for its mask's in `supports` and again in `prepare` (and its gate's
+# in between); a Python pass over every key column, ~0.5 s at 128K tokens.
+KEPT_CONVERSIONS = 4
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -46,6 +52,7 @@ class FlashMask(Kernel):
     def __init__(self) -> None:
         self._paddle: Any = None
         self._error: str | None = None
+        self._converted: OrderedDict = OrderedDict()
 
     def _load(self):
         # Lazy: a missing library makes cells unsupported, not `import longca.kernels` fail.
@@ -75,16 +82,24 @@ class FlashMask(Kernel):
         self._load()
         return self._error
 
+    def _indices(self, mask: AttnMask) -> FlashMaskIndices:
+        key = mask_convert.mask_key(mask)
+        if key not in self._converted:
+            self._converted[key] = to_flashmask(mask)
+            if len(self._converted) > KEPT_CONVERSIONS:
+                self._converted.popitem(last=False)
+        return self._converted[key]
+
     def supports_mask(self, problem: Problem) -> str | None:
         try:
-            to_flashmask(problem.mask)
+            self._indices(problem.mask)
         except NotRepresentable as exc:
             return f"{self.name}: {exc}"
         return None
 
     def prepare(self, problem: Problem) -> dict[str, Any]:
         paddle = self._load()
-        fm = to_flashmask(problem.mask)
+        fm = self._indices(problem.mask)
         indices = torch.from_numpy(fm.indices).to(problem.device)[None, None].expand(problem.batch, 1, -1, -1)
         return {"paddle_indices": _to_paddle(paddle, indices.contiguous()), "causal": fm.causal,
                 "indices_per_column": int(fm.indices.shape[1]), "layout_copies": False}

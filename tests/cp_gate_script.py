@@ -29,7 +29,7 @@ MASKS = {
 
 
 # The strategies whose blocks go through longca.cp.local (the others take no local_calls option).
-LOCAL_CALLS = ("allgather", "double_ring", "ring", "ulysses", "usp")
+LOCAL_CALLS = ("allgather", "double_ring", "groupcast", "ring", "ulysses", "usp")
 
 # The option that sets each 2-D strategy's rank grid (see longca/cp/usp.py, double_ring.py).
 LAYOUT_OPTION = {"usp": "ulysses_degree", "double_ring": "window"}

@@ -13,7 +13,7 @@ import pytest
 from longca import cp
 
 HERE = Path(__file__).resolve().parent
-OURS = ["allgather", "double_ring", "ring", "ulysses", "usp"]
+OURS = ["allgather", "double_ring", "groupcast", "ring", "ulysses", "usp"]
 
 
 def _torchrun(nproc: int, *args: str, timeout: float = 600, env=None) -> subprocess.CompletedProcess:

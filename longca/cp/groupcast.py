@@ -1,0 +1,206 @@
+"""``groupcast``: every rank fetches only the K/V rows its queries attend, from the ranks that hold
+them, in one all-to-all with per-rank sizes; dK/dV of those rows go back the same way and are added
+where they live.  MagiAttention names the two transfers group-cast and group-reduce.
+
+What it saves depends on the layout.  Under a zigzag layout every rank needs nearly every key, and
+this moves what ``allgather`` moves.  Its own layout for packed documents (``whole_documents``)
+places each document on one rank where it fits, balancing the ranks by mask area with equal token
+counts, so only the documents that are split (the long ones, and the few that fill the last gaps)
+cross ranks.  The rank's own block is computed while the transfer is in flight, as ``allgather``
+does, then the fetched rows in one more call.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from ..attention.masks import AttnMask
+from . import layout as layouts
+from . import register
+from .base import Strategy
+from .blocks import Span, area, restrict, shard_length, spans_from_ranges
+from .local import BlockAttention
+
+# Candidate thresholds for spreading a document over several ranks instead of placing it whole, as
+# a share of a shard's tokens (increasing).  The layout keeps the highest (the fewest documents cut)
+# whose busiest rank has at most BALANCE_SLACK more area than the best candidate's.
+SPREAD_ABOVE = (0.1, 0.15, 0.25, 0.35, 0.5, 0.75, 1.0)
+BALANCE_SLACK = 1.02
+
+
+def _row_area(mask: AttnMask, start: int, end: int) -> int:
+    """(query, key) pairs the mask has on query rows ``[start, end)``."""
+    return area(restrict(mask, (Span(start, end, 0),), (Span(0, mask.seqlen_k, 0),)))
+
+
+def _documents_placed(mask: AttnMask, world: int, docs, spread_above: float):
+    """One candidate of ``whole_documents``: (rank ranges, area per rank)."""
+    caps = [b - a for a, b in layouts._even_cuts(0, mask.seqlen_q, world)]
+    room, load = list(caps), [0] * world
+    per_rank: list[list[tuple[int, int]]] = [[] for _ in range(world)]
+
+    def place(rank: int, start: int, end: int) -> None:
+        per_rank[rank].append((start, end))
+        room[rank] -= end - start
+        load[rank] += _row_area(mask, start, end)
+
+    spread = [d for d in docs if d[1] - d[0] > spread_above * min(caps)]
+    rest = [d for d in docs if d not in spread]
+    for a, b, area_ in sorted(spread, key=lambda d: (-d[2], d[0])):
+        # Zigzag over as few ranks as leave every piece within the threshold; the roomiest ones.
+        n = min(world, -(-(b - a) // max(int(spread_above * min(caps)), 1)))
+        ranks = sorted(range(world), key=lambda r: (-room[r], load[r], r))[:n]
+        pieces = layouts._zigzag_ranges(a, b - a, n)
+        if any(room[r] < sum(e - s for s, e in p) for r, p in zip(ranks, pieces)):
+            rest.append((a, b, area_))  # no room left to spread it: placed with the others
+            continue
+        for rank, ranges in zip(ranks, pieces):
+            for r in ranges:
+                place(rank, *r)
+    for a, b, _ in sorted(rest, key=lambda d: (-d[2], d[0])):
+        fits = [r for r in range(world) if room[r] >= b - a]
+        if fits:
+            place(min(fits, key=lambda r: (load[r], r)), a, b)
+            continue
+        while a < b:  # no rank has room for it whole: pieces fill the least loaded ranks
+            rank = min((r for r in range(world) if room[r]), key=lambda r: (load[r], r))
+            n = min(room[rank], b - a)
+            place(rank, a, a + n)
+            a += n
+    return per_rank, load
+
+
+def whole_documents(mask: AttnMask, world: int) -> layouts.Layout:
+    """Documents on one rank each where that balances, ranks balanced by area; equal shards (±1).
+
+    A document longer than a threshold share of a shard is cut by zigzag over the fewest, roomiest
+    ranks that keep its pieces within it.  The others go, in order of decreasing area, whole to
+    the rank with the least area that has room for them; one no rank has room for is cut into
+    pieces that fill the least loaded ranks with room.  Of the thresholds ``SPREAD_ABOVE``, the
+    highest whose busiest rank is within ``BALANCE_SLACK`` of the best wins.  Each rank's tokens
+    stay in sequence order."""
+    if mask.documents is None or len(mask.documents) < 2:
+        raise ValueError(f"whole_documents needs a mask of several documents; {mask.name!r} has "
+                         f"{'none' if mask.documents is None else 'one'}")
+    docs, start = [], 0
+    for length in mask.documents:
+        docs.append((start, start + length, _row_area(mask, start, start + length)))
+        start += length
+    candidates = [_documents_placed(mask, world, docs, t) for t in SPREAD_ABOVE]
+    best = min(max(load) for _, load in candidates)
+    per_rank = [ranges for ranges, load in candidates if max(load) <= BALANCE_SLACK * best][-1]
+    shards = tuple(spans_from_ranges(sorted(r)) for r in per_rank)
+    return layouts.Layout("whole_documents", mask.seqlen_q, shards, max(shard_length(s) for s in shards))
+
+
+def _merged(ranges) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _to_global(spans, a: int, b: int) -> list[tuple[int, int]]:
+    """Local rows ``[a, b)`` of a shard laid out as ``spans`` → global ``(start, end)`` pieces."""
+    out = []
+    for s in spans:
+        lo, hi = max(a, s.offset), min(b, s.offset + s.length)
+        if lo < hi:
+            out.append((s.start + lo - s.offset, s.start + hi - s.offset))
+    return out
+
+
+@register
+class GroupCast(Strategy):
+    name = "groupcast"
+    description = ("fetch only the K/V rows a rank's queries attend (one all-to-all with per-rank sizes, "
+                   "overlapping the rank's own block), documents placed whole by area; dK/dV sent back")
+
+    def plan(self, mask, heads_q, heads_kv, head_dim, device, dtype) -> None:
+        by_documents = self.opts["layout"] == "auto" and mask.documents is not None and len(mask.documents) > 1
+        self.layout = (whole_documents(mask, self.world) if by_documents
+                       else layouts.build(self.opts["layout"], mask, self.world))
+        self.block = BlockAttention(self.opts["local_kernel"], device, heads_q, heads_kv, head_dim,
+                                    calls=self.opts["local_calls"], comm_sm_margin=self.opts["comm_sm_margin"])
+        shards = self.layout.shards
+        # needs[r][s]: the rows of rank s's shard (local indices, merged ranges) rank r's queries attend.
+        needs = [[[] if r == s else _merged((x.k_start, x.k_end) for x in restrict(mask, shards[r], shards[s]))
+                  for s in range(self.world)] for r in range(self.world)]
+        mine = shards[self.rank]
+        self.send_splits = [sum(b - a for a, b in needs[r][self.rank]) for r in range(self.world)]
+        self.recv_splits = [sum(b - a for a, b in needs[self.rank][s]) for s in range(self.world)]
+        self.send_index = torch.tensor([i for r in range(self.world) for a, b in needs[r][self.rank]
+                                        for i in range(a, b)], dtype=torch.long, device=device)
+        # Every rank skips the transfer together, or none does (it is a collective).
+        self.silent = not any(needs[r][s] for r in range(self.world) for s in range(self.world))
+        fetched, offset = [], 0
+        for s in range(self.world):
+            for a, b in needs[self.rank][s]:
+                for g0, g1 in _to_global(shards[s], a, b):
+                    fetched.append(Span(g0, g1, offset))
+                    offset += g1 - g0
+        own_slices = restrict(mask, mine, mine)
+        other_slices = restrict(mask, mine, tuple(fetched)) if fetched else ()
+        self.own, self.others = self.block.pieces(own_slices), self.block.pieces(other_slices)
+        self.rank_area = area(own_slices) + area(other_slices)
+        remote = mask.seqlen_k - shard_length(mine)
+        self.notes = {"layout": self.layout.name, "local_kernel": self.block.kernel, "local_calls": self.block.calls,
+                      "fetched_fraction": round(offset / remote, 4) if remote else 0.0}
+
+    def _all_to_all(self, x: torch.Tensor, out_rows: int, out_splits, in_splits):
+        """``x`` ``(rows, ...)`` cut by ``in_splits`` to the ranks; returns ``(out, work)``."""
+        out = x.new_empty((out_rows,) + tuple(x.shape[1:]))
+        work = dist.all_to_all_single(out, x, out_splits, in_splits, group=self.group, async_op=True)
+        self.comm_bytes += x.numel() * x.element_size()  # nothing is addressed to the rank itself
+        return out, work
+
+    def _start_fetch(self, k, v):
+        if self.world == 1 or self.silent:
+            return None
+        rows = torch.cat([k.index_select(1, self.send_index), v.index_select(1, self.send_index)], dim=-1)
+        rows = rows.transpose(0, 1).contiguous()
+        return self._all_to_all(rows, sum(self.recv_splits), self.recv_splits, self.send_splits)
+
+    @staticmethod
+    def _split_kv(rows: torch.Tensor, d: int):
+        """Received ``(n, b, h, 2d)`` → K, V ``(b, n, h, d)``."""
+        rows = rows.transpose(0, 1)
+        return rows[..., :d].contiguous(), rows[..., d:].contiguous()
+
+    def _forward(self, q, k, v):
+        pending = self._start_fetch(k, v)
+        acc = self.block.new_accumulators(q)
+        self.block.forward(q, k, v, self.own, acc, overlapped=pending is not None)
+        if pending is not None:
+            rows, work = pending
+            work.wait()
+            self.block.forward(q, *self._split_kv(rows, k.shape[-1]), self.others, acc)
+        out, lse = self.block.finish(acc, q.dtype)
+        # The fetched rows are fetched again in the backward rather than kept between passes.
+        return out, (q, k, v, out, lse)
+
+    def _backward(self, dout, saved):
+        q, k, v, out, lse = saved
+        lse_bwd = self.block.backward_lse(lse)
+        pending = self._start_fetch(k, v)
+        dq = self.block.new_dq(q)
+        own = self.block.backward(dout, q, k, v, out, lse_bwd, self.own, dq, overlapped=pending is not None)
+        dk, dv = own if own is not None else (torch.zeros(k.shape, dtype=torch.float32, device=k.device),) * 2
+        if pending is not None:
+            rows, work = pending
+            work.wait()
+            d = k.shape[-1]
+            k_r, v_r = self._split_kv(rows, d)
+            share = self.block.backward(dout, q, k_r, v_r, out, lse_bwd, self.others, dq)
+            grads = (torch.cat(share, dim=-1).transpose(0, 1).contiguous() if share is not None
+                     else rows.new_zeros(rows.shape, dtype=torch.float32))
+            back, work = self._all_to_all(grads, len(self.send_index), self.send_splits, self.recv_splits)
+            work.wait()
+            back = back.transpose(0, 1)
+            dk = dk.index_add(1, self.send_index, back[..., :d])
+            dv = dv.index_add(1, self.send_index, back[..., d:])
+        return self.block.dq_result(dq, q.dtype), dk.to(k.dtype), dv.to(v.dtype)

@@ -71,13 +71,13 @@ def _documents_placed(mask: AttnMask, world: int, docs, spread_above: float):
     return per_rank, load
 
 
-def whole_documents(mask: AttnMask, world: int) -> layouts.Layout:
+def whole_documents(mask: AttnMask, world: int, spread_above: tuple[float, ...] = SPREAD_ABOVE) -> layouts.Layout:
     """Documents on one rank each where that balances, ranks balanced by area; equal shards (±1).
 
     A document longer than a threshold share of a shard is cut by zigzag over the fewest, roomiest
     ranks that keep its pieces within it.  The others go, in order of decreasing area, whole to
     the rank with the least area that has room for them; one no rank has room for is cut into
-    pieces that fill the least loaded ranks with room.  Of the thresholds ``SPREAD_ABOVE``, the
+    pieces that fill the least loaded ranks with room.  Of the thresholds ``spread_above``, the
     highest whose busiest rank is within ``BALANCE_SLACK`` of the best wins.  Each rank's tokens
     stay in sequence order."""
     if mask.documents is None or len(mask.documents) < 2:
@@ -87,7 +87,7 @@ def whole_documents(mask: AttnMask, world: int) -> layouts.Layout:
     for length in mask.documents:
         docs.append((start, start + length, _row_area(mask, start, start + length)))
         start += length
-    candidates = [_documents_placed(mask, world, docs, t) for t in SPREAD_ABOVE]
+    candidates = [_documents_placed(mask, world, docs, t) for t in spread_above]
     best = min(max(load) for _, load in candidates)
     per_rank = [ranges for ranges, load in candidates if max(load) <= BALANCE_SLACK * best][-1]
     shards = tuple(spans_from_ranges(sorted(r)) for r in per_rank)
@@ -120,9 +120,14 @@ class GroupCast(Strategy):
     description = ("fetch only the K/V rows a rank's queries attend (one all-to-all with per-rank sizes, "
                    "overlapping the rank's own block), documents placed whole by area; dK/dV sent back")
 
+    # spread_above_pct: documents longer than this % of a shard are spread over ranks (0: the
+    # layout picks among SPREAD_ABOVE by balance).
+    options = {**Strategy.options, "spread_above_pct": 0}
+
     def plan(self, mask, heads_q, heads_kv, head_dim, device, dtype) -> None:
         by_documents = self.opts["layout"] == "auto" and mask.documents is not None and len(mask.documents) > 1
-        self.layout = (whole_documents(mask, self.world) if by_documents
+        pct = self.opts["spread_above_pct"]
+        self.layout = (whole_documents(mask, self.world, (pct / 100,) if pct else SPREAD_ABOVE) if by_documents
                        else layouts.build(self.opts["layout"], mask, self.world))
         self.block = BlockAttention(self.opts["local_kernel"], device, heads_q, heads_kv, head_dim,
                                     calls=self.opts["local_calls"], comm_sm_margin=self.opts["comm_sm_margin"])

@@ -114,6 +114,14 @@ def _to_global(spans, a: int, b: int) -> list[tuple[int, int]]:
     return out
 
 
+def needed_rows(mask: AttnMask, layout: layouts.Layout) -> list[list[list[tuple[int, int]]]]:
+    """``needs[r][s]``: the rows of rank s's shard (local, as merged ranges) that rank r's queries
+    attend; empty for s == r."""
+    shards = layout.shards
+    return [[[] if r == s else _merged((x.k_start, x.k_end) for x in restrict(mask, shards[r], shards[s]))
+             for s in range(layout.world)] for r in range(layout.world)]
+
+
 @register
 class GroupCast(Strategy):
     name = "groupcast"
@@ -132,9 +140,7 @@ class GroupCast(Strategy):
         self.block = BlockAttention(self.opts["local_kernel"], device, heads_q, heads_kv, head_dim,
                                     calls=self.opts["local_calls"], comm_sm_margin=self.opts["comm_sm_margin"])
         shards = self.layout.shards
-        # needs[r][s]: the rows of rank s's shard (local indices, merged ranges) rank r's queries attend.
-        needs = [[[] if r == s else _merged((x.k_start, x.k_end) for x in restrict(mask, shards[r], shards[s]))
-                  for s in range(self.world)] for r in range(self.world)]
+        needs = needed_rows(mask, self.layout)
         mine = shards[self.rank]
         self.send_splits = [sum(b - a for a, b in needs[r][self.rank]) for r in range(self.world)]
         self.recv_splits = [sum(b - a for a, b in needs[self.rank][s]) for s in range(self.world)]

@@ -12,6 +12,7 @@ does, then the fetched rows in one more call.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -22,20 +23,30 @@ from .base import Strategy
 from .blocks import Span, area, restrict, shard_length, spans_from_ranges
 from .local import BlockAttention
 
-# Candidate thresholds for spreading a document over several ranks instead of placing it whole, as
-# a share of a shard's tokens (increasing).  The layout keeps the highest (the fewest documents cut)
-# whose busiest rank has at most BALANCE_SLACK more area than the best candidate's.
-SPREAD_ABOVE = (0.1, 0.15, 0.25, 0.35, 0.5, 0.75, 1.0)
-BALANCE_SLACK = 1.02
+# A document longer than this share of a shard is cut by zigzag over as few ranks as keep its pieces
+# within it (``spread_above_pct`` sets another share); the others are placed whole.
+SPREAD_ABOVE = 1.0
+# The rebalancing moves pieces until the busiest rank has at most this much more area than the mean,
+# or after REBALANCE_STEPS moves per rank.
+BALANCE_TOLERANCE = 1.005
+REBALANCE_STEPS = 4
 
 
-def _row_area(mask: AttnMask, start: int, end: int) -> int:
-    """(query, key) pairs the mask has on query rows ``[start, end)``."""
-    return area(restrict(mask, (Span(start, end, 0),), (Span(0, mask.seqlen_k, 0),)))
+def row_area_prefix(mask: AttnMask) -> np.ndarray:
+    """``prefix[i]``: (query, key) pairs on query rows ``[0, i)``, so rows ``[a, b)`` have
+    ``prefix[b] - prefix[a]``."""
+    keys = np.zeros(mask.seqlen_q, dtype=np.int64)
+    for s in mask.slices:
+        rows = np.arange(s.q_start, s.q_end)
+        lo, hi = s.key_bounds(rows)
+        keys[s.q_start:s.q_end] += np.maximum(hi - lo, 0)
+    return np.concatenate([[0], np.cumsum(keys)])
 
 
-def _documents_placed(mask: AttnMask, world: int, docs, spread_above: float):
-    """One candidate of ``whole_documents``: (rank ranges, area per rank)."""
+def _place_documents(mask: AttnMask, world: int, prefix: np.ndarray, spread_above: float):
+    """Documents whole, in order of decreasing area, each to the least loaded rank with room for
+    it; a document longer than ``spread_above`` of a shard by zigzag over the roomiest ranks, one no
+    rank has room for in pieces filling the least loaded ranks.  Returns each rank's ranges."""
     caps = [b - a for a, b in layouts._even_cuts(0, mask.seqlen_q, world)]
     room, load = list(caps), [0] * world
     per_rank: list[list[tuple[int, int]]] = [[] for _ in range(world)]
@@ -43,53 +54,76 @@ def _documents_placed(mask: AttnMask, world: int, docs, spread_above: float):
     def place(rank: int, start: int, end: int) -> None:
         per_rank[rank].append((start, end))
         room[rank] -= end - start
-        load[rank] += _row_area(mask, start, end)
+        load[rank] += int(prefix[end] - prefix[start])
 
-    spread = [d for d in docs if d[1] - d[0] > spread_above * min(caps)]
-    rest = [d for d in docs if d not in spread]
-    for a, b, area_ in sorted(spread, key=lambda d: (-d[2], d[0])):
-        # Zigzag over as few ranks as leave every piece within the threshold; the roomiest ones.
-        n = min(world, -(-(b - a) // max(int(spread_above * min(caps)), 1)))
-        ranks = sorted(range(world), key=lambda r: (-room[r], load[r], r))[:n]
-        pieces = layouts._zigzag_ranges(a, b - a, n)
-        if any(room[r] < sum(e - s for s, e in p) for r, p in zip(ranks, pieces)):
-            rest.append((a, b, area_))  # no room left to spread it: placed with the others
-            continue
-        for rank, ranges in zip(ranks, pieces):
-            for r in ranges:
-                place(rank, *r)
-    for a, b, _ in sorted(rest, key=lambda d: (-d[2], d[0])):
+    bounds = np.concatenate([[0], np.cumsum(mask.documents)])
+    docs = sorted(zip(bounds[:-1].tolist(), bounds[1:].tolist()), key=lambda d: (-(prefix[d[1]] - prefix[d[0]]), d[0]))
+    limit = max(int(spread_above * min(caps)), 1)
+    for a, b in docs:
+        if b - a > limit:
+            n = min(world, -(-(b - a) // limit))
+            ranks = sorted(range(world), key=lambda r: (-room[r], load[r], r))[:n]
+            pieces = layouts._zigzag_ranges(a, b - a, n)
+            if all(room[r] >= sum(e - s for s, e in p) for r, p in zip(ranks, pieces)):
+                for rank, ranges in zip(ranks, pieces):
+                    for r in ranges:
+                        place(rank, *r)
+                continue
         fits = [r for r in range(world) if room[r] >= b - a]
         if fits:
             place(min(fits, key=lambda r: (load[r], r)), a, b)
             continue
-        while a < b:  # no rank has room for it whole: pieces fill the least loaded ranks
+        while a < b:
             rank = min((r for r in range(world) if room[r]), key=lambda r: (load[r], r))
             n = min(room[rank], b - a)
             place(rank, a, a + n)
             a += n
-    return per_rank, load
+    return per_rank
 
 
-def whole_documents(mask: AttnMask, world: int, spread_above: tuple[float, ...] = SPREAD_ABOVE) -> layouts.Layout:
-    """Documents on one rank each where that balances, ranks balanced by area; equal shards (±1).
+def _rebalance(per_rank: list[list[tuple[int, int]]], prefix: np.ndarray) -> None:
+    """Even out the ranks' areas in place, keeping their token counts: the busiest rank gives the
+    tail of one of its ranges (under a causal mask the costliest rows) to the least loaded rank,
+    which gives back as many tokens from the head of one of its ranges; of all pairs of ranges, the
+    exchange whose area difference is closest to half the gap.  Each exchange cuts at most two
+    documents into two contiguous pieces."""
+    world = len(per_rank)
+    for _ in range(REBALANCE_STEPS * world):
+        load = [sum(int(prefix[b] - prefix[a]) for a, b in r) for r in per_rank]
+        hi, lo = max(range(world), key=lambda r: (load[r], -r)), min(range(world), key=lambda r: (load[r], r))
+        if load[hi] <= BALANCE_TOLERANCE * sum(load) / world:
+            return
+        want, best = (load[hi] - load[lo]) / 2, None
+        for i, (a1, b1) in enumerate(per_rank[hi]):
+            for j, (a2, b2) in enumerate(per_rank[lo]):
+                x = np.arange(1, min(b1 - a1, b2 - a2) + 1)
+                gain = (prefix[b1] - prefix[b1 - x]) - (prefix[a2 + x] - prefix[a2])
+                k = int(np.argmin(np.abs(gain - want)))
+                miss = abs(float(gain[k]) - want)
+                if gain[k] > 0 and (best is None or miss < best[0]):
+                    best = (miss, i, j, int(x[k]))
+        if best is None:
+            return
+        _, i, j, n = best
+        (a1, b1), (a2, b2) = per_rank[hi][i], per_rank[lo][j]
+        per_rank[hi][i:i + 1] = [(a1, b1 - n)] if b1 - n > a1 else []
+        per_rank[hi].append((a2, a2 + n))
+        per_rank[lo][j:j + 1] = [(a2 + n, b2)] if b2 > a2 + n else []
+        per_rank[lo].append((b1 - n, b1))
 
-    A document longer than a threshold share of a shard is cut by zigzag over the fewest, roomiest
-    ranks that keep its pieces within it.  The others go, in order of decreasing area, whole to
-    the rank with the least area that has room for them; one no rank has room for is cut into
-    pieces that fill the least loaded ranks with room.  Of the thresholds ``spread_above``, the
-    highest whose busiest rank is within ``BALANCE_SLACK`` of the best wins.  Each rank's tokens
-    stay in sequence order."""
+
+def whole_documents(mask: AttnMask, world: int, spread_above: float = SPREAD_ABOVE) -> layouts.Layout:
+    """Documents kept whole where they can be, ranks balanced by area; equal shards (±1 token).
+
+    ``_place_documents`` puts whole documents on ranks (cutting only those too long for a rank);
+    ``_rebalance`` then trades contiguous pieces between the busiest and the least loaded rank until
+    their areas agree.  Each rank's tokens stay in sequence order."""
     if mask.documents is None or len(mask.documents) < 2:
         raise ValueError(f"whole_documents needs a mask of several documents; {mask.name!r} has "
                          f"{'none' if mask.documents is None else 'one'}")
-    docs, start = [], 0
-    for length in mask.documents:
-        docs.append((start, start + length, _row_area(mask, start, start + length)))
-        start += length
-    candidates = [_documents_placed(mask, world, docs, t) for t in spread_above]
-    best = min(max(load) for _, load in candidates)
-    per_rank = [ranges for ranges, load in candidates if max(load) <= BALANCE_SLACK * best][-1]
+    prefix = row_area_prefix(mask)
+    per_rank = _place_documents(mask, world, prefix, spread_above)
+    _rebalance(per_rank, prefix)
     shards = tuple(spans_from_ranges(sorted(r)) for r in per_rank)
     return layouts.Layout("whole_documents", mask.seqlen_q, shards, max(shard_length(s) for s in shards))
 
@@ -128,14 +162,14 @@ class GroupCast(Strategy):
     description = ("fetch only the K/V rows a rank's queries attend (one all-to-all with per-rank sizes, "
                    "overlapping the rank's own block), documents placed whole by area; dK/dV sent back")
 
-    # spread_above_pct: documents longer than this % of a shard are spread over ranks (0: the
-    # layout picks among SPREAD_ABOVE by balance).
+    # spread_above_pct: documents longer than this % of a shard are spread over ranks by zigzag
+    # (0: SPREAD_ABOVE).
     options = {**Strategy.options, "spread_above_pct": 0}
 
     def plan(self, mask, heads_q, heads_kv, head_dim, device, dtype) -> None:
         by_documents = self.opts["layout"] == "auto" and mask.documents is not None and len(mask.documents) > 1
         pct = self.opts["spread_above_pct"]
-        self.layout = (whole_documents(mask, self.world, (pct / 100,) if pct else SPREAD_ABOVE) if by_documents
+        self.layout = (whole_documents(mask, self.world, pct / 100 if pct else SPREAD_ABOVE) if by_documents
                        else layouts.build(self.opts["layout"], mask, self.world))
         self.block = BlockAttention(self.opts["local_kernel"], device, heads_q, heads_kv, head_dim,
                                     calls=self.opts["local_calls"], comm_sm_margin=self.opts["comm_sm_margin"])

@@ -7,7 +7,7 @@ import pytest
 from longca.attention.masks import patterns
 from longca.cp import layout as layouts
 from longca.cp.blocks import Span, area, restrict
-from longca.cp.groupcast import BALANCE_TOLERANCE, needed_rows, whole_documents
+from longca.cp.groupcast import BALANCE_TOLERANCE, merge_slices, needed_rows, whole_documents
 
 # The documents the published GPU grid draws (config/gpu.yaml's default histogram), at a few
 # shard counts and lengths; seed 1 as the published CP cells.
@@ -90,3 +90,44 @@ def test_a_document_longer_than_the_threshold_is_spread_by_zigzag():
 def test_a_mask_without_several_documents_is_refused_by_name(mask):
     with pytest.raises(ValueError, match=f"whole_documents needs a mask of several documents; '{mask.name}'"):
         whole_documents(mask, 2)
+
+
+def _pattern(slices, rows: int, cols: int):
+    import torch
+
+    allowed = torch.zeros(rows, cols, dtype=torch.bool)
+    for s in slices:
+        allowed[s.q_start:s.q_end, s.k_start:s.k_end] |= s.dense()
+    return allowed
+
+
+@pytest.mark.parametrize("name", ["varlen_causal", "varlen_full", "shared_question", "causal", "sliding_window_causal"])
+@pytest.mark.parametrize("world", [2, 4])
+def test_merged_slices_attend_exactly_the_same_pairs_in_fewer_slices(name, world):
+    mask = (patterns.sliding_window_causal(2048 * world, window=300) if name == "sliding_window_causal"
+            else getattr(patterns, name)(2048 * world, seed=1))
+    plans = [layouts.build("auto", mask, world)]
+    if mask.documents is not None and len(mask.documents) > 1:
+        plans.append(whole_documents(mask, world))
+    before = after = 0
+    for layout in plans:
+        for r in range(world):
+            for s in range(world):
+                block = restrict(mask, layout.shards[r], layout.shards[s])
+                merged = merge_slices(block)
+                n = layout.shard_len
+                assert (_pattern(merged, n, n) == _pattern(block, n, n)).all(), (layout.name, r, s)
+                before, after = before + len(block), after + len(merged)
+    assert after < before
+
+
+@pytest.mark.parametrize("name", ["varlen_causal", "varlen_full"])
+def test_a_ranks_own_block_of_a_document_mask_has_disjoint_query_ranges_once_merged(name):
+    """So FFA writes it without atomics (longca.cp.fused)."""
+    from longca.cp.fused import ranges_disjoint
+
+    mask = getattr(patterns, name)(4 * 16384, seed=1)
+    layout = whole_documents(mask, 4)
+    for shard in layout.shards:
+        own = merge_slices(restrict(mask, shard, shard))
+        assert ranges_disjoint([(x.q_start, x.q_end) for x in own])

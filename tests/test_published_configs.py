@@ -35,8 +35,9 @@ def test_gpu_config_is_the_paper_scale_grid():
     assert (cfg["timing"]["warmup_ms"], cfg["timing"]["warmup_max_ms"], cfg["timing"]["rep_ms"]) == (25, 1000, 100)
     assert cfg["isolation"] == "resident"
     # CP at every size up to a node: one GPU measures cp_size 1, the rest are rows saying what they need.
-    # LongCA's five strategies, PyTorch's and MagiAttention's own CP beside them.
-    assert set(cfg["cp_strategies"]) == {"ring", "allgather", "ulysses", "usp", "double_ring", "torch_cp", "magi"}
+    # LongCA's six strategies, PyTorch's and MagiAttention's own CP beside them.
+    assert set(cfg["cp_strategies"]) == {"ring", "allgather", "ulysses", "usp", "double_ring", "groupcast",
+                                         "torch_cp", "magi"}
     assert cfg["cp_sizes"] == [1, 2, 4, 8]
 
 
@@ -215,12 +216,14 @@ def test_each_published_stage_measures_cells_of_its_table_with_the_table_setting
 
 CP_TABLES = [REPO / "docs" / "results" / name
              for name in ("cp_4xh100_2026-11-27", "cp_4xh100_graphs_2026-11-27", "cp_2xh200_2026-11-27",
-                          "cp_4xh100_magi_2026-11-27", "cp_4xh200_2026-11-27", "cp_4xh100_64k_2026-11-27")]
+                          "cp_4xh100_magi_2026-11-27", "cp_4xh200_2026-11-27", "cp_4xh100_64k_2026-11-27",
+                          "cp_groupcast_4xh100_2026-11-28")]
 # Strategies that are a library's own CP (its own dispatch and local calls), not LongCA's blocks.
 LIBRARY_CP = ("torch_cp", "magi")
 # ok rows at cp_size 2 and 4 a table holds: the publications at least 150 (the issue's bar); the
-# 64K table re-measures three masks after a change to the local call, so it has fewer.
-MIN_OK_ABOVE_ONE = {"cp_4xh100_64k_2026-11-27": 113}
+# 64K table re-measures three masks after a change to the local call, and the groupcast table
+# compares four strategies, so they have fewer.
+MIN_OK_ABOVE_ONE = {"cp_4xh100_64k_2026-11-27": 113, "cp_groupcast_4xh100_2026-11-28": 128}
 
 
 @pytest.mark.parametrize("table_dir", CP_TABLES, ids=lambda p: p.name)
@@ -258,7 +261,7 @@ def test_a_published_cp_table_is_cells_of_its_grid_gated_and_timed_by_the_slowes
 
 @pytest.mark.parametrize("page, kernel_table", [(CP_TABLES[1], "h100_2026-11-23"), (CP_TABLES[2], "h200_2026-11-23"),
                                                 (CP_TABLES[3], "h100_2026-11-23"), (CP_TABLES[4], "h200_2026-11-23"),
-                                                (CP_TABLES[5], "h100_2026-11-23")],
+                                                (CP_TABLES[5], "h100_2026-11-23"), (CP_TABLES[6], "h100_2026-11-23")],
                          ids=lambda p: getattr(p, "name", p))
 def test_the_cp_pages_best_strategy_table_is_what_its_parquet_says(page, kernel_table):
     """The table on a graph-timed CP page is benchmarks/cp_summary.py's output on the committed

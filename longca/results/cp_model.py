@@ -142,6 +142,7 @@ BYTES: dict[str, Traffic] = {
     "usp": Traffic(_usp("fwd"), _usp("bwd")),
 }
 NOT_MODELLED = {"magi": "MagiAttention sends only the K/V ranges remote queries attend (mask-dependent)",
+                "groupcast": "groupcast sends only the K/V rows remote queries attend (mask- and layout-dependent)",
                 "torch_cp": "PyTorch's CP collectives are not counted (comm_bytes 0)"}
 
 

@@ -26,7 +26,7 @@ the same shape did not recompile in a CPU check); the dynamo recompile limit is 
 long grid can never push it into eager fallback (each Snakemake cell is its own process).
 
     PYTHONPATH=. PYTHONUNBUFFERED=1 python benchmarks/bench_kernels.py --out /tmp/bench.jsonl
-    # what docs/kernels.md reports (one H200, a 10-minute budget; 32K first, 16K last under the budget):
+    # what docs/data/kernels_h200_2026-11-22.md reports (one H200, a 10-minute budget; 32K first, 16K last under the budget):
     PYTHONPATH=. PYTHONUNBUFFERED=1 python benchmarks/bench_kernels.py --seqlens 32768 8192 16384 \\
         --compare-dense-up-to 8192 --budget-s 387 --out kernels.jsonl
     PYTHONPATH=. PYTHONUNBUFFERED=1 python benchmarks/bench_kernels.py --seqlens 32768 \\

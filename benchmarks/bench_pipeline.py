@@ -46,8 +46,8 @@ State lives in ``--work``: running the same command again continues with the chu
 (re-written after every chunk): ``pipeline_cells.jsonl`` (per cell: both statuses and TFLOPs/s),
 ``pipeline_chunks.jsonl`` (per chunk: both wall times), ``pipeline_retests.jsonl`` (per retested
 cell: every figure of both sides), ``gpu_util.csv`` (nvidia-smi samples:
-utilisation, SM clock, power), ``summary.md`` (the tables docs/workflow.md quotes) and
-``environment.txt``.
+utilisation, SM clock, power), ``summary.md`` (the tables docs/data/workflow_cost_2026-11-22.md
+quotes) and ``environment.txt``.
 """
 
 from __future__ import annotations

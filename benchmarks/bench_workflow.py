@@ -5,7 +5,7 @@
     python benchmarks/bench_workflow.py dryrun    # snakemake -n on a 10,000-cell grid
 
 Cells are tiny (seqlen 64, 2 heads, head_dim 16, 1 rep) so the numbers are the machinery, not the
-kernel.  Results go in docs/workflow.md, with the machine they ran on.
+kernel.  Results go in docs/data/workflow_cost_2026-11-22.md, with the machine they ran on.
 """
 
 from __future__ import annotations

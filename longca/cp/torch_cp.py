@@ -11,6 +11,7 @@ notes say so.  Its collectives rotate K/V by all-gather (default) or all-to-all
 from __future__ import annotations
 
 import torch
+import torch.distributed._functional_collectives as ft_c
 import torch.nn.functional as F
 
 from ..attention.masks import SliceKind
@@ -29,6 +30,31 @@ def _native(mask) -> str | None:
     if (s.q_start, s.k_start, s.q_end, s.k_end) != (0, 0, mask.seqlen_q, mask.seqlen_k):
         return None
     return {SliceKind.FULL: "full", SliceKind.CAUSAL: "causal"}.get(s.kind)
+
+
+class CountedFunctionalCollectives:
+    """``all_gather_single`` and ``permute_tensor`` of ``torch.distributed._functional_collectives``
+    wrapped to add what this rank sends to ``owner.comm_bytes`` (an all-gather: its input to each of
+    the other ``owner.world - 1`` ranks; a permutation: its input, to one rank); ``restore`` puts
+    the originals back."""
+
+    NAMES = ("all_gather_single", "permute_tensor")
+
+    def __init__(self, owner: Strategy):
+        self.owner, self.saved = owner, {n: getattr(ft_c, n) for n in self.NAMES}
+        for name in self.NAMES:
+            setattr(ft_c, name, self._counted(name, self.saved[name]))
+
+    def restore(self) -> None:
+        for name, fn in self.saved.items():
+            setattr(ft_c, name, fn)
+
+    def _counted(self, name, fn):
+        def call(x, *args, **kwargs):
+            nbytes = x.numel() * x.element_size()
+            self.owner.comm_bytes += nbytes * (self.owner.world - 1) if name == "all_gather_single" else nbytes
+            return fn(x, *args, **kwargs)
+        return call
 
 
 @register
@@ -70,6 +96,7 @@ class TorchCP(Strategy):
         # releases); the buffer it shards is a dummy: our dispatch() lays the inputs out.
         import contextlib
 
+        self._counter = CountedFunctionalCollectives(self)
         self._stack = contextlib.ExitStack()
         dummy = torch.zeros(1, 1, 2 * self.world, 1, device=device)
         self._stack.enter_context(cpa.context_parallel(self.mesh, buffers=[dummy], buffer_seq_dims=[2],
@@ -81,6 +108,10 @@ class TorchCP(Strategy):
         if stack is not None:
             self._stack = None
             stack.close()
+        counter = getattr(self, "_counter", None)
+        if counter is not None:
+            self._counter = None
+            counter.restore()
 
     def attention(self, q, k, v):
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)

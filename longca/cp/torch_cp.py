@@ -6,6 +6,10 @@ on; it takes ``is_causal`` (so ``full`` and ``causal``), expects the head-tail l
 (its load balancer's), and has no GQA: KV heads are expanded to the query heads, and the row's
 notes say so.  Its collectives rotate K/V by all-gather (default) or all-to-all
 (``rotate_method``).
+
+Bytes: PyTorch's ring calls the functional collectives (an all-gather for K/V,
+``permute_tensor`` for the all-to-all rotation and for dK/dV), which ``Comm`` never sees; while the
+strategy is planned they are wrapped to count what each call sends, by ``Comm``'s rule.
 """
 
 from __future__ import annotations
@@ -33,17 +37,20 @@ def _native(mask) -> str | None:
 
 
 class CountedFunctionalCollectives:
-    """``all_gather_single`` and ``permute_tensor`` of ``torch.distributed._functional_collectives``
-    wrapped to add what this rank sends to ``owner.comm_bytes`` (an all-gather: its input to each of
-    the other ``owner.world - 1`` ranks; a permutation: its input, to one rank); ``restore`` puts
-    the originals back."""
+    """The all-gathers and ``permute_tensor`` of ``torch.distributed._functional_collectives`` wrapped
+    to add what this rank sends to ``owner.comm_bytes`` (an all-gather: its input to each of the
+    other ``owner.world - 1`` ranks; a permutation: its input, to one rank); ``restore`` puts the
+    originals back.  PyTorch's ring gathers with ``all_gather_tensor`` (2.11) or
+    ``all_gather_single`` (later): whichever this PyTorch has is wrapped."""
 
-    NAMES = ("all_gather_single", "permute_tensor")
+    GATHERS = ("all_gather_tensor", "all_gather_single")
+    NAMES = GATHERS + ("permute_tensor",)
 
     def __init__(self, owner: Strategy):
-        self.owner, self.saved = owner, {n: getattr(ft_c, n) for n in self.NAMES}
-        for name in self.NAMES:
-            setattr(ft_c, name, self._counted(name, self.saved[name]))
+        self.owner = owner
+        self.saved = {n: getattr(ft_c, n) for n in self.NAMES if hasattr(ft_c, n)}
+        for name, fn in self.saved.items():
+            setattr(ft_c, name, self._counted(name, fn))
 
     def restore(self) -> None:
         for name, fn in self.saved.items():
@@ -52,7 +59,7 @@ class CountedFunctionalCollectives:
     def _counted(self, name, fn):
         def call(x, *args, **kwargs):
             nbytes = x.numel() * x.element_size()
-            self.owner.comm_bytes += nbytes * (self.owner.world - 1) if name == "all_gather_single" else nbytes
+            self.owner.comm_bytes += nbytes * (self.owner.world - 1) if name in self.GATHERS else nbytes
             return fn(x, *args, **kwargs)
         return call
 

@@ -20,7 +20,8 @@ Only what the kernel table cannot give is fitted: ``e`` on the cp_size-1 rows, a
 and ``t_call`` on the rows above cp_size 1 chosen for fitting (a grid search).  The byte formulas
 are in units of one rank's K+V shard and its Q shard, as ``longca.cp.comm.Comm`` counts them; the
 tests hold them to the measured ``comm_bytes``.  Strategies whose traffic is not modelled (magi: it
-sends only what the mask needs; torch_cp: its bytes are not counted; double_ring backward) are
+sends only what the mask needs; groupcast likewise; torch_cp: PyTorch's own ring; double_ring
+backward) are
 predicted as ``None`` with the reason.
 """
 
@@ -143,7 +144,8 @@ BYTES: dict[str, Traffic] = {
 }
 NOT_MODELLED = {"magi": "MagiAttention sends only the K/V ranges remote queries attend (mask-dependent)",
                 "groupcast": "groupcast sends only the K/V rows remote queries attend (mask- and layout-dependent)",
-                "torch_cp": "PyTorch's CP collectives are not counted (comm_bytes 0)"}
+                "torch_cp": "PyTorch's ring (all-gather or all-to-all rotation, K/V expanded to the query heads) "
+                            "is not modelled"}
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,7 @@ and ``t_call`` on the rows above cp_size 1 chosen for fitting (a grid search).  
 are in units of one rank's K+V shard and its Q shard, as ``longca.cp.comm.Comm`` counts them; the
 tests hold them to the measured ``comm_bytes``.  Strategies whose traffic is not modelled (magi: it
 sends only what the mask needs; groupcast likewise; torch_cp: PyTorch's own ring; double_ring
-backward) are
-predicted as ``None`` with the reason.
+backward) are predicted as ``None`` with the reason.
 """
 
 from __future__ import annotations

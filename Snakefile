@@ -32,9 +32,9 @@ include: "workflow/rules/report.smk"
 
 rule all:
     input:
-        "results/kernels.parquet",
-        "results/cp.parquet",
-        "results/report.html",
+        run_dir.KERNEL_TABLE,
+        run_dir.CP_TABLE,
+        run_dir.REPORT,
         # The cells too: Snakemake does not make an input of an up-to-date table again, so a cell file
         # removed to be measured again would otherwise stay missing; as a target it is run, and the
         # tables after it.
@@ -65,5 +65,5 @@ onsuccess:
 
     lost_cells.clear()  # every cell has its own row now: the stand-ins of an earlier failed run go
     kept_rows.release()  # and the copies kept for a rerun after a failed job
-    if (closing_line := closing.line("results")):  # the run's last line: where to look, what is there
+    if (closing_line := closing.line(run_dir.ROOT)):  # the run's last line: where to look, what is there
         print(closing_line, file=sys.stderr)

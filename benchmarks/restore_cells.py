@@ -51,10 +51,11 @@ from pathlib import Path
 from benchmarks.workflow_config import REPO, resolved
 
 from longca import config as config_mod
+from longca import run_dir
 from longca.execution import fingerprint
 from longca.execution.atomic import write_json_atomic
 
-CELLS = "results/cells/kernels/"
+CELLS = run_dir.KERNEL_CELLS + "/"
 # How an adapter's ``available()`` words a machine that cannot run the kernel at all (a library not
 # installed, no GPU): such an ``unsupported`` row says nothing of the problem, only of the machine
 # it ran on, so it is measured again, never restored (tests/test_restore_cells.py holds every adapter

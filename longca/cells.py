@@ -13,14 +13,16 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
+from . import run_dir
+
 KERNEL_NAME = "{kernel}/{mask}/{dtype}_{direction}_{seqlen}"
-KERNEL_FILE = "results/cells/kernels/" + KERNEL_NAME + ".json"
-KERNEL_LOG = "results/logs/kernels/" + KERNEL_NAME + ".log"
+KERNEL_FILE = f"{run_dir.KERNEL_CELLS}/{KERNEL_NAME}.json"
+KERNEL_LOG = f"{run_dir.KERNEL_LOGS}/{KERNEL_NAME}.log"
 
 CP_NAME = "{strategy}/{mask}/{dtype}_{direction}_{tokens}x{cp_size}"
-CP_FILE = "results/cells/cp/" + CP_NAME + ".json"
-CP_LOG = "results/logs/cp/" + CP_NAME + ".log"
-CP_UNPLACED_FILE = "results/cells/cp_unplaced/" + CP_NAME + ".json"  # a cell this run cannot place
+CP_FILE = f"{run_dir.CP_CELLS}/{CP_NAME}.json"
+CP_LOG = f"{run_dir.CP_LOGS}/{CP_NAME}.log"
+CP_UNPLACED_FILE = f"{run_dir.CP_UNPLACED_CELLS}/{CP_NAME}.json"  # a cell this run cannot place
 
 # A CP cell of a document mask measured on another document layout (config `cp_layouts`): its mask
 # is spelled ``<mask>~layout<i>``.  Layout 0 is the mask's own name, so a cell keeps its name (and

@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from . import cells, timing_spec
 from .execution import kept_rows, progress, store  # light (no torch): run-cell's worker client must start fast
+
+# `longca status` asks Snakemake about this workflow unless told another.
+CHECKOUT_SNAKEFILE = Path(__file__).resolve().parent.parent / "Snakefile"
 
 
 # CellSpec's fields, for building settings from flags without importing torch (the worker client
@@ -178,7 +182,7 @@ def _status(args: argparse.Namespace) -> int:
     from .status import format_status, status
 
     try:
-        result = status(configfiles=args.configfile, directory=args.directory, config=args.config)
+        result = status(args.snakefile, configfiles=args.configfile, directory=args.directory, config=args.config)
     except (ConfigError, RuntimeError) as exc:
         print(f"longca status: {exc}", file=sys.stderr)
         return 2
@@ -367,6 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="config files over config/config.yaml, as for snakemake")
     st.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE", help="overrides, as for snakemake")
     st.add_argument("--directory", "-d", default=None, help="the run directory (default: here)")
+    st.add_argument("--snakefile", "-s", default=str(CHECKOUT_SNAKEFILE),
+                    help="the workflow (default: the Snakefile of the checkout this longca runs from)")
     st.add_argument("--list", action="store_true", help="name every missing and stale cell, and why it is stale")
     st.set_defaults(func=_status)
 

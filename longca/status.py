@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import config as longca_config
+from . import run_dir
 
-SNAKEFILE = Path(__file__).resolve().parent.parent / "Snakefile"
 CELL_RULES = {"kernel_cell": "kernel", "cp_cell": "cp"}
 STATES = ("cached", "missing", "stale", "unreadable")
-_CELL_DIR = re.compile(r"^results/cells/(?:kernels|cp)/")
+_CELL_DIR = re.compile(rf"^(?:{re.escape(run_dir.KERNEL_CELLS)}|{re.escape(run_dir.CP_CELLS)})/")
 # A dry run's job block: its output, then (a few lines on) why it runs.
-_JOB = re.compile(r"^\s*output: (results/cells/\S+\.json)\n(?:\s+\w+:.*\n)*?\s*reason: (.*)$", re.M)
+_JOB = re.compile(rf"^\s*output: ({re.escape(run_dir.CELLS)}/\S+\.json)\n(?:\s+\w+:.*\n)*?\s*reason: (.*)$", re.M)
 _PARAMS = re.compile(r"Params have changed since last execution: .*?before: (.*?) now: (.*?)\s*$")
 _REPR = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 
@@ -51,9 +51,10 @@ class Status:
         return sum(1 for c in self.cells if c.state == state and kind in (None, c.kind))
 
 
-def snakemake_command(*args: str, configfiles: list[str], directory: str | None, config: list[str]) -> list[str]:
+def snakemake_command(*args: str, snakefile: str | Path, configfiles: list[str], directory: str | None,
+                      config: list[str]) -> list[str]:
     # Targets and flags first: --configfile and --config take every word after them.
-    cmd = [sys.executable, "-m", "snakemake", "all", *args, "-s", str(SNAKEFILE), "--cores", "1"]
+    cmd = [sys.executable, "-m", "snakemake", "all", *args, "-s", str(snakefile), "--cores", "1"]
     if directory:
         cmd += ["--directory", directory]
     if configfiles:
@@ -110,10 +111,13 @@ def why_stale(reason: str) -> str:
     return "; ".join(out) or reason
 
 
-def status(*, configfiles: list[str] = (), directory: str | None = None, config: list[str] = ()) -> Status:
+def status(snakefile: str | Path, *, configfiles: list[str] = (), directory: str | None = None,
+           config: list[str] = ()) -> Status:
+    """The cells of the grid ``snakefile`` plans with these configs, each cached, missing, stale or
+    unreadable (Snakemake's own summary and dry run)."""
     for path in configfiles:  # a YAML error named with its file and line (Snakemake names neither)
         longca_config.load_yaml(path)
-    common = {"configfiles": list(configfiles), "directory": directory, "config": list(config)}
+    common = {"snakefile": snakefile, "configfiles": list(configfiles), "directory": directory, "config": list(config)}
     cells = parse_summary(_run(snakemake_command("--summary", **common)))
     stale = {c.path: c for c in cells if c.state == "stale"}
     if stale:

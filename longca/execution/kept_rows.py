@@ -19,10 +19,11 @@ import json
 import os
 from pathlib import Path
 
+from .. import run_dir
 from .atomic import write_json_atomic
 
-CELLS = Path("results/cells")
-KEPT = Path("results/kept")
+CELLS = Path(run_dir.CELLS)
+KEPT = Path(run_dir.KEPT)
 # The Snakefile puts each kernel's code fingerprint here (JSON object), so that the client can
 # check a kept row without importing torch to compute it.
 FINGERPRINTS_ENV = "LONGCA_KERNEL_FINGERPRINTS"

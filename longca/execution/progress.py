@@ -29,11 +29,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import run_dir
 from .atomic import write_json_atomic
 
 DIR_ENV = "LONGCA_PROGRESS_DIR"
 EVERY_ENV = "LONGCA_PROGRESS_EVERY_S"
-DEFAULT_DIR = "results/progress"
+DEFAULT_DIR = run_dir.PROGRESS
 DEFAULT_EVERY_S = 30.0
 # The time left extrapolates the pace of the last RECENT cells: the pace changes along a grid
 # (longer sequences come later), and the run's start (imports, the warm worker) should fade out.

@@ -20,11 +20,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .. import run_dir
 from .atomic import write_json_atomic
 
 # The Snakefile points measuring processes at the run's store (absolute, whatever their cwd).
 STORE_ENV = "LONGCA_STORE"
-DEFAULT = Path("results/store")
+DEFAULT = Path(run_dir.STORE)
 
 
 class Store:

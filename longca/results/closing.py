@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .. import run_dir
 from . import parquet, tables
 
 TABLES = (("kernel", "kernels.parquet"), ("CP", "cp.parquet"))
@@ -17,7 +18,7 @@ def _counts(path: Path) -> str | None:
     return f"{sum(n for _, n in counts)} ({', '.join(f'{n} {s}' for s, n in counts)})" if counts else "0"
 
 
-def line(results: str | os.PathLike = "results") -> str | None:
+def line(results: str | os.PathLike = run_dir.ROOT) -> str | None:
     """``LongCA: results/report.html · kernel cells 48 (40 ok, 8 unsupported) · CP cells …``, or None
     when the report is not up to date with the tables (a run that made only some of them)."""
     results = Path(results)

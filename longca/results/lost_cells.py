@@ -19,16 +19,17 @@ from pathlib import Path
 from typing import Iterable
 
 from .. import config as longca_config
+from .. import run_dir
 from . import parquet as results
 from ..execution import kept_rows
 from ..execution.atomic import write_json_atomic
 
-LOST_DIR = Path("results/lost")
+LOST_DIR = Path(run_dir.LOST)
 DEFAULT_SLURM_LOGDIR = Path(".snakemake/slurm_logs")
 
 _ENTRY_START = re.compile(r"^\[|^Error in (rule|group) ")
 _LOG_LINE = re.compile(r"^\s*log: (.*?)(?: \(check log file\(s\) for error details\))?$")
-_CELL_OUTPUT = re.compile(r"(results/cells/[^\s,]+\.json)")
+_CELL_OUTPUT = re.compile(rf"({re.escape(run_dir.CELLS)}/[^\s,]+\.json)")
 
 
 def slurm_logdir(workflow) -> Path:
@@ -130,14 +131,14 @@ def record(cfg: dict, kernel_cells: Iterable, cp_cells: Iterable, main_log=None,
                                                cell_id=cell.name, fingerprint=None, wall_s=0.0)))
     out = []
     for path, row in lost:
-        target = LOST_DIR / Path(path).relative_to("results/cells")
+        target = LOST_DIR / Path(path).relative_to(run_dir.CELLS)
         write_json_atomic(row, target)
         out.append(row)
         (cp_rows if row.get("kind") == "cp" else kernel_rows).append(str(target))
     kept_any = any("/lost/kept/" in str(path) for path in kernel_rows + cp_rows)
     if lost or kept_any:  # the run failed: the tables of what it has, while the main ones are not built
-        results.aggregate(kernel_rows, "results/lost_kernels.parquet", schema=results.KERNEL_SCHEMA)
-        results.aggregate(cp_rows, "results/lost_cp.parquet", schema=results.CP_SCHEMA)
+        results.aggregate(kernel_rows, run_dir.LOST_KERNEL_TABLE, schema=results.KERNEL_SCHEMA)
+        results.aggregate(cp_rows, run_dir.LOST_CP_TABLE, schema=results.CP_SCHEMA)
     return out
 
 
@@ -146,7 +147,7 @@ def _kept(cell_path: str, settings: dict) -> str | None:
     row = kept_rows.row_for_settings(cell_path, settings)
     if row is None:
         return None
-    target = LOST_DIR / "kept" / Path(cell_path).relative_to("results/cells")
+    target = LOST_DIR / "kept" / Path(cell_path).relative_to(run_dir.CELLS)
     write_json_atomic(row, target)
     return str(target)
 
@@ -156,6 +157,6 @@ def clear() -> None:
     import shutil
 
     shutil.rmtree(LOST_DIR, ignore_errors=True)
-    for table in ("results/lost_kernels.parquet", "results/lost_cp.parquet"):
+    for table in (run_dir.LOST_KERNEL_TABLE, run_dir.LOST_CP_TABLE):
         if os.path.exists(table):
             os.remove(table)

@@ -15,6 +15,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
+from .. import run_dir
+
 # Every status a cell can have, in the order the report counts them.
 STATUS_ORDER = ["ok", "unsupported", "oom", "wrong", "error", "timeout"]
 # What a missing bar means, drawn where the bar would be (and listed with the failed cells).
@@ -558,7 +560,7 @@ def failed_cells(kernels: pd.DataFrame, cp: pd.DataFrame) -> list[dict]:
         for rec in df[df["status"] != "ok"].itertuples(index=False):
             failed.append({"kind": kind, "cell_id": rec.cell_id, "status": rec.status,
                            "marker": status_marker(rec.status), "reason": rec.reason,
-                           "log": f"results/logs/{'kernels' if kind == 'kernel' else 'cp'}/{rec.cell_id}.log"})
+                           "log": run_dir.cell_log(kind, rec.cell_id)})
     return failed
 
 

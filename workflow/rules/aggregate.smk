@@ -10,7 +10,7 @@ rule aggregate_kernels:
     input:
         KERNEL_ROW_FILES,
     output:
-        "results/kernels.parquet",
+        run_dir.KERNEL_TABLE,
     params:
         table="kernels",
     script:
@@ -22,7 +22,7 @@ rule aggregate_cp:
     input:
         CP_ROW_FILES,
     output:
-        "results/cp.parquet",
+        run_dir.CP_TABLE,
     params:
         table="cp",
     script:

@@ -3,7 +3,7 @@ import functools
 import json
 import os
 
-from longca import cells
+from longca import cells, run_dir
 from longca import config as longca_config
 from longca.execution import kept_rows, placement, slurm_jobs
 from longca.execution import store

@@ -29,9 +29,9 @@ rule ceilings:
     # figures draw it as a line.  Reruns when the device, the dtypes or its code change (like a cell,
     # not when `threads`, `gpus` or limits do).
     output:
-        "results/ceilings.json",
+        run_dir.CEILINGS,
     log:
-        "results/logs/ceilings.log",
+        run_dir.CEILINGS_LOG,
     params:
         device=CFG["device"],
         dtypes=CFG["dtypes"],
@@ -45,18 +45,18 @@ rule ceilings:
 
 rule plot_kernel_mask:
     input:
-        table="results/kernels.parquet",
-        ceilings="results/ceilings.json",
+        table=run_dir.KERNEL_TABLE,
+        ceilings=run_dir.CEILINGS,
     output:
         throughput=report(
-            "results/figures/kernels_{mask}.png",
+            run_dir.figure("kernels_{mask}"),
             caption=figure_captions.path("kernel_figure"),
             category="Kernels",
             subcategory="Throughput",
             labels={"mask": "{mask}", "figure": "TFLOPs/s by seqlen"},
         ),
         memory=report(
-            "results/figures/memory_{mask}.png",
+            run_dir.figure("memory_{mask}"),
             caption=figure_captions.path("memory_figure"),
             category="Kernels",
             subcategory="Peak memory",
@@ -70,10 +70,10 @@ rule plot_kernel_mask:
 
 rule plot_kernel_matrix:
     input:
-        table="results/kernels.parquet",
+        table=run_dir.KERNEL_TABLE,
     output:
         report(
-            "results/figures/kernel_mask_matrix.png",
+            run_dir.figure("kernel_mask_matrix"),
             caption=figure_captions.path("matrix_figure"),
             category="Kernels",
             subcategory="Overview",
@@ -88,26 +88,26 @@ rule plot_kernel_matrix:
 
 rule plot_cp_mask:
     input:
-        cp="results/cp.parquet",
-        kernels="results/kernels.parquet",
-        ceilings="results/ceilings.json",
+        cp=run_dir.CP_TABLE,
+        kernels=run_dir.KERNEL_TABLE,
+        ceilings=run_dir.CEILINGS,
     output:
         scaling=report(
-            "results/figures/cp_scaling_{mask}.png",
+            run_dir.figure("cp_scaling_{mask}"),
             caption=figure_captions.path("cp_scaling_figure"),
             category="Context parallelism",
             subcategory="Per-GPU TFLOPs/s",
             labels={"mask": "{mask}", "figure": "per-GPU TFLOPs/s by cp_size"},
         ),
         efficiency=report(
-            "results/figures/cp_efficiency_{mask}.png",
+            run_dir.figure("cp_efficiency_{mask}"),
             caption=figure_captions.path("cp_efficiency_figure"),
             category="Context parallelism",
             subcategory="Efficiency",
             labels={"mask": "{mask}", "figure": "efficiency vs one GPU"},
         ),
         prediction=report(
-            "results/figures/cp_predicted_{mask}.png",
+            run_dir.figure("cp_predicted_{mask}"),
             caption=figure_captions.path("cp_prediction_figure"),
             category="Context parallelism",
             subcategory="Predicted",

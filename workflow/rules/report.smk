@@ -14,18 +14,18 @@ REPORT_CODE = code_fingerprint("longca/results/report.py", "longca/results/table
 
 rule html_report:
     input:
-        table="results/kernels.parquet",
-        cp="results/cp.parquet",
-        ceilings="results/ceilings.json",
-        throughput=expand("results/figures/kernels_{mask}.png", mask=MASK_NAMES),
-        memory=expand("results/figures/memory_{mask}.png", mask=MASK_NAMES),
-        matrix="results/figures/kernel_mask_matrix.png",
-        cp_scaling=expand("results/figures/cp_scaling_{mask}.png", mask=CP_MASKS),
-        cp_efficiency=expand("results/figures/cp_efficiency_{mask}.png", mask=CP_MASKS),
-        cp_prediction=expand("results/figures/cp_predicted_{mask}.png", mask=CP_MASKS),
+        table=run_dir.KERNEL_TABLE,
+        cp=run_dir.CP_TABLE,
+        ceilings=run_dir.CEILINGS,
+        throughput=expand(run_dir.figure("kernels_{mask}"), mask=MASK_NAMES),
+        memory=expand(run_dir.figure("memory_{mask}"), mask=MASK_NAMES),
+        matrix=run_dir.figure("kernel_mask_matrix"),
+        cp_scaling=expand(run_dir.figure("cp_scaling_{mask}"), mask=CP_MASKS),
+        cp_efficiency=expand(run_dir.figure("cp_efficiency_{mask}"), mask=CP_MASKS),
+        cp_prediction=expand(run_dir.figure("cp_predicted_{mask}"), mask=CP_MASKS),
     output:
         report(
-            "results/report.html",
+            run_dir.REPORT,
             caption=figure_captions.path("html_report"),
             category="Report",
             labels={"file": "report.html"},

@@ -111,17 +111,21 @@ def part_values(row: dict, measured_at: str | None) -> dict[str, dict]:
     from longca.execution.measure.timing import Timing
 
     values = {}
+    # A part's provenance is what the row recorded for it; where it recorded none, it stays unknown
+    # (null) rather than taking the row's own time or libraries, which may be another part's.
     if "gate_error" in row:
         values["gate"] = {"gate_ok": row["status"] != "wrong", "gate_error": row["gate_error"],
                           "gate_tolerance": row["gate_tolerance"], "gate_detail": row["gate_detail"],
-                          "gate_seqlen": row.get("gate_seqlen"), "gate_area": row.get("gate_area")}
+                          "gate_seqlen": row.get("gate_seqlen"), "gate_area": row.get("gate_area"),
+                          **{c: row.get(c) for c in ("gate_at", "gate_on", "gate_library")}}
     if row["status"] == "ok":
         timing = {f: row.get(f) for f in Timing.__dataclass_fields__ if f != "peak_mem_bytes"}
         values["time"] = {**timing, "notes": row.get("notes"), "timed_at": row.get("timed_at") or measured_at,
                           "timed_on": row.get("timed_on") or row.get("hostname"),
-                          "timed_load_1m": row.get("timed_load_1m")}
+                          "timed_load_1m": row.get("timed_load_1m"), "timed_library": row.get("timed_library")}
         if "parts_reused" in row:  # measured by the memory part
-            values["memory"] = {"peak_mem_bytes": row.get("peak_mem_bytes")}
+            values["memory"] = {"peak_mem_bytes": row.get("peak_mem_bytes"),
+                                **{c: row.get(c) for c in ("memory_at", "memory_on", "memory_library")}}
     return values
 
 

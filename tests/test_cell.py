@@ -84,3 +84,30 @@ def test_a_row_records_the_wall_of_each_part_it_measured_and_none_for_parts_it_r
     assert [again[f"{part}_wall_s"] for part in ("gate", "time", "memory")] == [None, None, None]
     unsupported = run_cell(CellSpec(kernel="sdpa_cudnn", mask="causal", **SMALL), store)
     assert [unsupported[f"{part}_wall_s"] for part in ("gate", "time", "memory")] == [None, None, None]
+
+
+def test_each_part_carries_when_where_and_with_what_it_was_measured_and_a_reused_part_keeps_its_own(
+        tmp_path, monkeypatch):
+    from longca.execution.measure import env
+    from longca.execution.store import Store
+
+    store = Store(tmp_path / "store")
+    spec = CellSpec(kernel="sdpa_math", mask="causal", direction="fwd", **SMALL)
+    monkeypatch.setattr(env, "now_here", lambda: {"at": "2026-11-01T00:00:00+00:00", "on": "first-host", "load_1m": 0.5})
+    monkeypatch.setattr(env, "kernel_library", lambda kernel: "torch 1.0 (then)")
+    first = run_cell(spec, store)
+    for prefix in ("gate", "timed", "memory"):
+        assert (first[f"{prefix}_at"], first[f"{prefix}_on"], first[f"{prefix}_library"]) == \
+            ("2026-11-01T00:00:00+00:00", "first-host", "torch 1.0 (then)"), prefix
+    assert first["timed_load_1m"] == 0.5
+    # Later, elsewhere, with other libraries: the row is new, its parts are not.
+    monkeypatch.setattr(env, "now_here", lambda: {"at": "2026-11-28T00:00:00+00:00", "on": "second-host", "load_1m": 9.0})
+    monkeypatch.setattr(env, "kernel_library", lambda kernel: "torch 2.0 (now)")
+    again = run_cell(spec, store)
+    assert again["parts_reused"] == "gate,time,memory" and again["kernel_library"] == "torch 2.0 (now)"
+    assert (again["gate_on"], again["timed_on"], again["memory_on"]) == ("first-host",) * 3
+    assert (again["timed_library"], again["timed_load_1m"]) == ("torch 1.0 (then)", 0.5)
+    # A part measured now carries now: the gate again, at another gate length (its own key).
+    regated = run_cell(CellSpec(kernel="sdpa_math", mask="causal", direction="fwd", **{**SMALL, "gate_seqlen": 32}),
+                       store)
+    assert (regated["gate_on"], regated["gate_library"]) == ("second-host", "torch 2.0 (now)")

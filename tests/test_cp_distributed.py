@@ -83,9 +83,16 @@ def test_time_based_warmup_keeps_ranks_in_step(tmp_path):
     settings = {"strategy": "ring", "mask": "causal", "seqlen": 512, "cp_size": 2, "heads_q": 4, "heads_kv": 2,
                 "head_dim": 16, "gate_seqlen": 128, "reps": 2, "warmup": 0, "warmup_ms": 150,
                 "strategy_options": {"local_kernel": "sdpa_math"}}
+    began = time.time()
     row = run(settings, str(tmp_path / "row.json"), cell_id="ring/causal", timeout_s=120, threads=2)
     assert row["status"] == "ok", row.get("reason")
     assert row["warmup_ms"] == 150 and row["median_ms"] > 0
+    # Where and when it was timed: rank 0's host, during this run (the time is kept to the second).
+    import socket
+    from datetime import datetime
+
+    assert row["timed_on"] == socket.gethostname() and row["timed_load_1m"] is not None
+    assert int(began) <= datetime.fromisoformat(row["timed_at"]).timestamp() <= time.time()
 
 
 @pytest.mark.slow

@@ -180,3 +180,18 @@ def test_a_missing_archive_is_named(tmp_path):
                            str(tmp_path / "run"), "--measured-at", "HEAD", "--config", "x.yaml", "--measured-with",
                            "x.yaml"], capture_output=True, text=True)
     assert proc.returncode == 2 and "no.tgz: no such archive" in proc.stderr
+
+
+def test_a_restored_part_keeps_the_provenance_its_row_recorded_and_invents_none():
+    from benchmarks.restore_cells import part_values
+
+    row = {"status": "ok", "gate_error": 0.001, "gate_tolerance": 0.02, "gate_detail": "out 1e-3", "median_ms": 1.0,
+           "hostname": "box", "kernel_library": "torch 2.11", "parts_reused": None, "peak_mem_bytes": 10}
+    older = part_values(row, "2026-11-24T06:00:00+00:00")
+    assert (older["gate"]["gate_at"], older["gate"]["gate_on"], older["gate"]["gate_library"]) == (None, None, None)
+    assert older["time"]["timed_library"] is None and older["memory"]["memory_on"] is None
+    newer = part_values({**row, "gate_at": "2026-11-27T01:00:00+00:00", "gate_on": "h1", "gate_library": "torch 2.11",
+                         "timed_library": "torch 2.11 + magi-attention 1.1.1", "memory_on": "h2"}, None)
+    assert (newer["gate"]["gate_at"], newer["gate"]["gate_on"]) == ("2026-11-27T01:00:00+00:00", "h1")
+    assert newer["time"]["timed_library"] == "torch 2.11 + magi-attention 1.1.1"
+    assert newer["memory"]["memory_on"] == "h2"

@@ -13,12 +13,9 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
-import os
-import socket
 import time
 import traceback
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Callable
 
 import torch
@@ -86,10 +83,22 @@ def _time(kernel: Kernel, problem, spec: "CellSpec") -> dict[str, Any]:
     # A graph replay allocates nothing: the harness's peak says what earlier calls left behind, not
     # what the call needs.  The memory part measures that.
     timed.pop("peak_mem_bytes", None)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return {**timed, "notes": json.dumps(kernel.notes(prepared), sort_keys=True),
-            "timed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "timed_on": socket.gethostname(), "timed_load_1m": load}
+    return {**timed, "notes": json.dumps(kernel.notes(prepared), sort_keys=True)}
+
+
+# Each part's provenance columns: ``<prefix>_at`` (UTC, when it was measured), ``<prefix>_on`` (the
+# host), ``<prefix>_library`` (the kernel's libraries with their versions then), and for the timing
+# ``timed_load_1m``.  Kept with the part's value in the store, so a row that reuses a part says when,
+# where and with what that part was measured.
+PROVENANCE_PREFIX = {"gate": "gate", "time": "timed", "memory": "memory"}
+
+
+def _provenance(part: str, kernel: str) -> dict[str, Any]:
+    prefix, here = PROVENANCE_PREFIX[part], env.now_here()
+    out = {f"{prefix}_at": here["at"], f"{prefix}_on": here["on"], f"{prefix}_library": env.kernel_library(kernel)}
+    if part == "time":  # a timing under load reads slow; a gate or a peak does not
+        out["timed_load_1m"] = here["load_1m"]
+    return out
 
 
 def _gate_reason(kernel: Kernel, problem, target: int) -> str | None:
@@ -134,7 +143,7 @@ class _Parts:
     def _measured(self, part: str, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         started = time.perf_counter()
         try:
-            return measure()
+            return {**measure(), **_provenance(part, self.kernel)}
         finally:
             self.walls[part] = time.perf_counter() - started
 

@@ -16,7 +16,17 @@ import torch
 import torch.distributed as dist
 
 from ..atomic import write_json_atomic
+from . import env
 from .cp_cell import CPSpec, run_cell
+
+
+def identified(row: dict, cell_id: str | None, fingerprint: str | None) -> dict:
+    """Rank 0's row with the cell's name, its code's fingerprint and, for a timed row, when and
+    where the timing ran (``timed_at``, ``timed_on``, ``timed_load_1m``: rank 0's host, just after)."""
+    row["cell_id"], row["fingerprint"] = cell_id, fingerprint
+    if row["status"] == "ok":
+        row.update({f"timed_{k}": v for k, v in env.now_here().items()})
+    return row
 
 
 def main(argv=None) -> int:
@@ -36,9 +46,7 @@ def main(argv=None) -> int:
     try:
         row = run_cell(spec)
         if row is not None:
-            row["cell_id"] = args.cell_id
-            row["fingerprint"] = args.fingerprint
-            write_json_atomic(row, args.out)
+            write_json_atomic(identified(row, args.cell_id, args.fingerprint), args.out)
             print(f"{args.cell_id}: {row['status']}"
                   + (f" {row['tflops_per_gpu']:.3f} TFLOPs/s per GPU" if row["status"] == "ok"
                      else f" ({row['reason']})"), file=sys.stderr)

@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from ..wire import recv_msg, send_msg
 from .cp_cell import CPSpec, run_cell
+from .cp_rank import identified
 
 # Rows after which the group is not trusted with another cell.
 ENDS_GROUP = frozenset({"timeout", "error"})
@@ -82,7 +83,7 @@ def serve(socket_path: str, device_type: str, idle_s: float, timeout_s: float, t
             row = run_cell(spec)
             served += 1
             if rank == 0:
-                row["cell_id"], row["fingerprint"] = msg.get("cell_id"), msg.get("fingerprint")
+                identified(row, msg.get("cell_id"), msg.get("fingerprint"))
                 row["group_cell"] = served  # 1: this cell paid for the group's start-up
                 try:
                     send_msg(conn, row)

@@ -8,6 +8,8 @@ import os
 import platform
 import socket
 import subprocess
+from datetime import datetime, timezone
+from typing import Any
 
 import torch
 
@@ -98,3 +100,10 @@ def collect(device: torch.device) -> dict:
     env["cpu_threads"] = torch.get_num_threads()
     env["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
     return env
+
+
+def now_here() -> dict[str, Any]:
+    """A measurement's provenance: when (UTC, ISO 8601), on which host, and the host's 1-minute load
+    average then."""
+    return {"at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "on": socket.gethostname(),
+            "load_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}

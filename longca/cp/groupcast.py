@@ -4,10 +4,10 @@ where they live.  MagiAttention names the two transfers group-cast and group-red
 
 What it saves depends on the layout.  Under a zigzag layout every rank needs nearly every key, and
 this moves what ``allgather`` moves.  Its own layout for packed documents (``whole_documents``)
-places each document on one rank where it fits, balancing the ranks by mask area with equal token
-counts, so only the documents that are split (the long ones, and the few that fill the last gaps)
-cross ranks.  The rank's own block is computed while the transfer is in flight, as ``allgather``
-does, then the fetched rows in one more call.
+keeps documents whole on one rank each, with equal token counts and the ranks' areas balanced by
+cutting a few documents into contiguous pieces, so only those cross ranks.  The rank's own block is
+computed while the transfer is in flight, as ``allgather`` does, then the fetched rows in one more
+call.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ from .local import BlockAttention
 # Documents are placed whole or cut into contiguous pieces; ``spread_above_pct`` cuts those longer
 # than that share of a shard by zigzag instead (over as few ranks as keep the pieces within it).
 # Contiguous is the default: a zigzag-cut document gives its ranks overlapping query ranges in their
-# own block, which FFA then reduces with atomics (on 4 x H100 those ranks' forwards were ~15 % slower).
-# The rebalancing moves pieces until the busiest rank has at most this much more area than the mean,
-# or after REBALANCE_STEPS moves per rank.
+# own block, which FFA then reduces with atomics (measured: docs/data/groupcast_layouts_4xh100_2026-11-28).
+#
+# The rebalancing moves pieces until the busiest rank has at most BALANCE_TOLERANCE times the mean
+# area, or after REBALANCE_STEPS moves per rank.
 BALANCE_TOLERANCE = 1.005
 REBALANCE_STEPS = 4
 

@@ -7,7 +7,8 @@ import pytest
 from longca.attention.masks import patterns
 from longca.cp import layout as layouts
 from longca.cp.blocks import Span, area, restrict
-from longca.cp.groupcast import BALANCE_TOLERANCE, merge_slices, needed_rows, whole_documents
+from longca.cp.blocks import merge_slices
+from longca.cp.groupcast import BALANCE_TOLERANCE, needed_rows, whole_documents
 
 # The documents the published GPU grid draws (config/gpu.yaml's default histogram), at a few
 # shard counts and lengths; seed 1 as the published CP cells.

@@ -14,7 +14,7 @@ from ..registry import Registry
 from .base import Strategy, Unsupported
 
 # Modules that are machinery, not strategies (everything else in this package registers some).
-_MACHINERY = frozenset({"base", "blocks", "layout", "local", "fused", "comm", "ring_engine", "a2a",
+_MACHINERY = frozenset({"base", "blocks", "layout", "local", "fused", "fused_varlen", "comm", "ring_engine", "a2a",
                         "sequence_parallel"})
 REGISTRY: Registry[type[Strategy]] = Registry("CP strategy", __name__, __path__,
                                               lambda module: module not in _MACHINERY and not module.startswith("_"))

@@ -16,7 +16,7 @@ at most three row pieces, each of which is again one of the four kinds.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
 from ..attention.masks import AttnMask, AttnSlice, SliceKind
@@ -125,3 +125,39 @@ def restrict(mask: AttnMask, q_spans: Sequence[Span], k_spans: Sequence[Span]) -
 
 def area(slices: Iterable[AttnSlice]) -> int:
     return sum(s.area() for s in slices)
+
+
+def merge_slices(slices: Sequence[AttnSlice]) -> tuple[AttnSlice, ...]:
+    """The same (query, key) pairs in fewer slices, where a rank's pieces lie next to each other in
+    local memory though not in the sequence (``restrict`` cuts at every span).  A one-row FULL slice
+    is a one-row CAUSAL one; then, to a fixed point: a FULL slice and a CAUSAL (or FULL) one on the
+    same rows and adjacent keys become one; two CAUSAL (or two FULL) slices on adjacent rows that
+    agree on every row's key bounds become one.  Fewer slices are fewer FFA ranges or varlen calls, and a
+    rank's own block whose query ranges no longer overlap is written without atomics."""
+    def norm(x: AttnSlice) -> AttnSlice:
+        return replace(x, kind=SliceKind.CAUSAL) if x.kind is SliceKind.FULL and x.lq == 1 else x
+
+    out = sorted((norm(x) for x in slices if x.area() > 0), key=lambda x: (x.q_start, x.q_end, x.k_start))
+    changed = True
+    while changed:
+        changed, merged = False, []
+        for x in sorted(out, key=lambda x: (x.q_start, x.q_end, x.k_start)):  # same rows, adjacent keys
+            last = merged[-1] if merged else None
+            if (last is not None and last.kind is SliceKind.FULL and (last.q_start, last.q_end) == (x.q_start, x.q_end)
+                    and last.k_end == x.k_start and x.kind in (SliceKind.FULL, SliceKind.CAUSAL)):
+                merged[-1] = replace(x, k_start=last.k_start)
+                changed = True
+            else:
+                merged.append(x)
+        out, merged = merged, []
+        for x in sorted(out, key=lambda x: (x.k_start, x.q_start)):  # adjacent rows, same bounds
+            last = merged[-1] if merged else None
+            if (last is not None and last.kind is x.kind and last.q_end == x.q_start and last.k_start == x.k_start
+                    and ((x.kind is SliceKind.CAUSAL and last.k_end - last.q_end == x.k_end - x.q_end)
+                         or (x.kind is SliceKind.FULL and last.k_end == x.k_end))):
+                merged[-1] = replace(last, q_end=x.q_end, k_end=x.k_end)
+                changed = True
+            else:
+                merged.append(x)
+        out = merged
+    return tuple(sorted(out, key=lambda x: (x.q_start, x.k_start)))

@@ -5,7 +5,8 @@ A CP block is a query shard against a key shard, its mask the global mask restri
 coordinates.  A packed-document mask leaves one slice per document piece, so calling a kernel per
 slice makes the local attention host-bound (dozens of small launches per block).  A kernel that
 takes a list of slices natively (FFA's ranges with a type each) or a mask tensor runs the block as
-one call instead.  ``FUSED`` names, per local kernel and device type, how it does so; a kernel it
+one call instead; a varlen kernel (FlashAttention-3) as one call per slice kind
+(``longca.cp.fused_varlen``).  ``FUSED`` names, per local kernel and device type, how it does so; a kernel it
 does not name falls back to one call per piece (``longca.cp.local``).  The table lives here, beside
 the CP machinery, rather than in each kernel's adapter: an adapter's code keys that kernel's
 published cells, which a CP entry point does not change.
@@ -211,6 +212,12 @@ def _ffa(device: torch.device) -> BlockOps:
     return FfaBlockOps(importlib.import_module("magi_attention.functional.flex_flash_attn"))
 
 
+def _fa3(device: torch.device) -> BlockOps:
+    from .fused_varlen import Fa3Varlen, VarlenBlockOps
+
+    return VarlenBlockOps(Fa3Varlen(importlib.import_module("flash_attn_interface")))
+
+
 def _dense(kernel: str) -> Callable[[torch.device], Optional[BlockOps]]:
     def make(device: torch.device) -> Optional[BlockOps]:
         ops = kernels.get(kernel).lse_ops(device)
@@ -222,6 +229,7 @@ def _dense(kernel: str) -> Callable[[torch.device], Optional[BlockOps]]:
 # only: on a GPU an s × s mask per block costs more than the per-piece calls it saves.
 FUSED: dict[tuple[str, str], Callable[[torch.device], Optional[BlockOps]]] = {
     ("ffa", "cuda"): _ffa,
+    ("flash_attn3", "cuda"): _fa3,
     ("sdpa_math", "cpu"): _dense("sdpa_math"),
     ("sdpa_flash", "cpu"): _dense("sdpa_flash"),
 }

@@ -12,18 +12,16 @@ call.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Sequence
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..attention.masks import AttnMask, AttnSlice, SliceKind
+from ..attention.masks import AttnMask
 from . import layout as layouts
 from . import register
 from .base import Strategy
-from .blocks import Span, area, restrict, shard_length, spans_from_ranges
+from .blocks import Span, area, merge_slices, restrict, shard_length, spans_from_ranges
 from .local import BlockAttention
 
 # Documents are placed whole or cut into contiguous pieces; ``spread_above_pct`` cuts those longer
@@ -133,42 +131,6 @@ def whole_documents(mask: AttnMask, world: int, spread_above: float | None = Non
     _rebalance(per_rank, prefix)
     shards = tuple(spans_from_ranges(sorted(r)) for r in per_rank)
     return layouts.Layout("whole_documents", mask.seqlen_q, shards, max(shard_length(s) for s in shards))
-
-
-def merge_slices(slices: Sequence[AttnSlice]) -> tuple[AttnSlice, ...]:
-    """The same (query, key) pairs in fewer slices, where a rank's pieces lie next to each other in
-    local memory though not in the sequence (``restrict`` cuts at every span).  A one-row FULL slice
-    is a one-row CAUSAL one; then, to a fixed point: a FULL slice and a CAUSAL (or FULL) one on the
-    same rows and adjacent keys become one; two CAUSAL (or two FULL) slices on adjacent rows that
-    agree on every row's key bounds become one.  Fewer slices are fewer FFA ranges, and a rank's own
-    block whose query ranges no longer overlap is written without atomics."""
-    def norm(x: AttnSlice) -> AttnSlice:
-        return replace(x, kind=SliceKind.CAUSAL) if x.kind is SliceKind.FULL and x.lq == 1 else x
-
-    out = sorted((norm(x) for x in slices if x.area() > 0), key=lambda x: (x.q_start, x.q_end, x.k_start))
-    changed = True
-    while changed:
-        changed, merged = False, []
-        for x in sorted(out, key=lambda x: (x.q_start, x.q_end, x.k_start)):  # same rows, adjacent keys
-            last = merged[-1] if merged else None
-            if (last is not None and last.kind is SliceKind.FULL and (last.q_start, last.q_end) == (x.q_start, x.q_end)
-                    and last.k_end == x.k_start and x.kind in (SliceKind.FULL, SliceKind.CAUSAL)):
-                merged[-1] = replace(x, k_start=last.k_start)
-                changed = True
-            else:
-                merged.append(x)
-        out, merged = merged, []
-        for x in sorted(out, key=lambda x: (x.k_start, x.q_start)):  # adjacent rows, same bounds
-            last = merged[-1] if merged else None
-            if (last is not None and last.kind is x.kind and last.q_end == x.q_start and last.k_start == x.k_start
-                    and ((x.kind is SliceKind.CAUSAL and last.k_end - last.q_end == x.k_end - x.q_end)
-                         or (x.kind is SliceKind.FULL and last.k_end == x.k_end))):
-                merged[-1] = replace(last, q_end=x.q_end, k_end=x.k_end)
-                changed = True
-            else:
-                merged.append(x)
-        out = merged
-    return tuple(sorted(out, key=lambda x: (x.q_start, x.k_start)))
 
 
 def _merged(ranges) -> list[tuple[int, int]]:

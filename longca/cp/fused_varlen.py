@@ -1,0 +1,237 @@
+"""A CP block as a few variable-length calls of a FlashAttention-style kernel (FlashAttention-3).
+
+A varlen call takes a batch of (query range, key range) pairs, each attended fully, causally
+(bottom-right) or within a window, one rule per call.  A CP block's slices (``longca.cp.blocks``) map
+onto that: each slice is one pair, its kind one rule (``_RULES``), so a block is one call per rule
+and *layer*, a layer being slices whose query rows do not overlap (a call writes each output row
+once).  On a document mask that is one call for the diagonal pieces (causal) and one for the earlier
+pieces (full), instead of a call per document piece.
+
+Rows go to the kernel as views where a layer's ranges follow one another in memory (a rank's own
+block of whole documents, its fetched keys); otherwise they are gathered (``index_select``) and the
+results put back by index.  Partial outputs fold into the running float32 accumulators by
+log-sum-exp (``longca.cp.local.merge_into``), or are copied into them when the first layer covers
+every row.  The backward takes the global output and LSE, as every block's does.
+
+``VarlenFns`` is the kernel's side: ``Fa3Varlen`` calls flash-attention's ``hopper/`` build; a test
+passes a plain reference (``tests/varlen_reference.py``) and checks this module's bookkeeping on the
+CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from ..attention.masks import AttnSlice, SliceKind
+from .blocks import merge_slices
+from .fused import BlockOps
+from .local import merge_into
+
+
+def _rule(s: AttnSlice) -> tuple[bool, int, int]:
+    """``(causal, window_left, window_right)`` of a (trimmed) slice, bottom-right aligned as
+    FlashAttention's varlen calls are (-1: unbounded)."""
+    shift = s.lk - s.lq
+    return _RULES[s.kind](shift)
+
+
+_RULES = {
+    SliceKind.FULL: lambda shift: (False, -1, -1),
+    SliceKind.CAUSAL: lambda shift: (True, -1, -1),
+    SliceKind.INV_CAUSAL: lambda shift: (False, shift, -1),   # j >= i
+    SliceKind.BI_CAUSAL: lambda shift: (False, shift, 0),     # i <= j <= i + shift
+}
+
+
+def trimmed(s: AttnSlice) -> Optional[AttnSlice]:
+    """``s`` without the query rows that attend no key (a causal or inverse-causal slice with fewer
+    keys than queries), so every row a call gets attends at least one key and every window is
+    non-negative; None when no row attends anything (an empty slice, a band with fewer keys than
+    queries)."""
+    if s.area() == 0:
+        return None
+    if s.lk >= s.lq or s.kind is SliceKind.FULL:
+        return s
+    if s.kind is SliceKind.CAUSAL:      # the top rows see nothing
+        return AttnSlice(s.q_end - s.lk, s.q_end, s.k_start, s.k_end, s.kind)
+    # Inverse causal: the bottom rows see nothing (a band with fewer keys than queries has no area).
+    return AttnSlice(s.q_start, s.q_start + s.lk, s.k_start, s.k_end, s.kind)
+
+
+def layers(slices: Sequence[AttnSlice]) -> list[tuple[tuple[bool, int, int], tuple[AttnSlice, ...]]]:
+    """The calls a block takes: slices grouped by rule, each group split into layers of slices whose
+    query ranges do not overlap (first fit, in query order)."""
+    by_rule: dict[tuple[bool, int, int], list[list[AttnSlice]]] = {}
+    for s in sorted((t for t in map(trimmed, slices) if t is not None), key=lambda t: (t.q_start, t.k_start)):
+        stack = by_rule.setdefault(_rule(s), [])
+        for layer in stack:
+            if layer[-1].q_end <= s.q_start:
+                layer.append(s)
+                break
+        else:
+            stack.append([s])
+    return [(rule, tuple(layer)) for rule, stack in by_rule.items() for layer in stack]
+
+
+def _rows(ranges: Sequence[tuple[int, int]], device) -> tuple[Optional[slice], Optional[torch.Tensor]]:
+    """A view ``slice`` when the ranges follow one another in memory, else the gather index."""
+    if all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])):
+        return slice(ranges[0][0], ranges[-1][1]), None
+    return None, torch.cat([torch.arange(a, b) for a, b in ranges]).to(device)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One varlen call of a block, for one batch size and shard lengths."""
+
+    causal: bool
+    window: tuple[int, int]
+    cu_q: torch.Tensor        # int32, offsets into the gathered (or viewed) rows
+    cu_k: torch.Tensor
+    max_q: int
+    max_k: int
+    q_view: Optional[slice]   # rows of the flattened (b·s) shard, or
+    q_index: Optional[torch.Tensor]
+    k_view: Optional[slice]
+    k_index: Optional[torch.Tensor]
+    rows: int                 # query rows the call writes
+
+    def q_rows(self, x: torch.Tensor) -> torch.Tensor:
+        return x[self.q_view] if self.q_view is not None else x.index_select(0, self.q_index)
+
+    def k_rows(self, x: torch.Tensor) -> torch.Tensor:
+        return x[self.k_view] if self.k_view is not None else x.index_select(0, self.k_index)
+
+
+def plan_calls(slices: Sequence[AttnSlice], batch: int, sq: int, sk: int, device) -> tuple[Call, ...]:
+    """The block's calls on ``batch`` sequences of ``sq`` queries and ``sk`` keys (flattened
+    ``(b·s, h, d)``: sequence ``i``'s rows start at ``i·s``)."""
+    calls = []
+    for (causal, left, right), layer in layers(slices):
+        q_ranges = [(i * sq + s.q_start, i * sq + s.q_end) for i in range(batch) for s in layer]
+        k_ranges = [(i * sk + s.k_start, i * sk + s.k_end) for i in range(batch) for s in layer]
+        lq = [b - a for a, b in q_ranges]
+        lk = [b - a for a, b in k_ranges]
+        cu_q = torch.tensor([0, *torch.tensor(lq).cumsum(0).tolist()], dtype=torch.int32, device=device)
+        cu_k = torch.tensor([0, *torch.tensor(lk).cumsum(0).tolist()], dtype=torch.int32, device=device)
+        q_view, q_index = _rows(q_ranges, device)
+        k_view, k_index = _rows(k_ranges, device)
+        calls.append(Call(causal, (left, right), cu_q, cu_k, max(lq), max(lk), q_view, q_index, k_view, k_index,
+                          sum(lq)))
+    return tuple(calls)
+
+
+class VarlenFns:
+    """A varlen kernel's forward and backward on packed ``(total, heads, d)`` tensors (GQA native).
+
+    ``forward`` returns the output and the LSE, float32 ``(heads, total_q)``; ``backward`` takes the
+    global output and LSE for the same rows and returns dq, dk, dv shaped as q, k, v."""
+
+    def forward(self, q, k, v, call: Call, scale: float, sm_margin: int):
+        raise NotImplementedError
+
+    def backward(self, dout, q, k, v, out, lse, call: Call, scale: float, sm_margin: int):
+        raise NotImplementedError
+
+
+class Fa3Varlen(VarlenFns):
+    """flash-attention ``hopper/``'s ``_flash_attn_forward`` / ``_flash_attn_backward``."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def forward(self, q, k, v, call, scale, sm_margin):
+        out, lse, *_ = self.module._flash_attn_forward(
+            q, k, v, cu_seqlens_q=call.cu_q, cu_seqlens_k=call.cu_k, max_seqlen_q=call.max_q,
+            max_seqlen_k=call.max_k, softmax_scale=scale, causal=call.causal, window_size_left=call.window[0],
+            window_size_right=call.window[1], sm_margin=sm_margin)
+        return out, lse
+
+    def backward(self, dout, q, k, v, out, lse, call, scale, sm_margin):
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        self.module._flash_attn_backward(
+            dout, q, k, v, out, lse, cu_seqlens_q=call.cu_q, cu_seqlens_k=call.cu_k, max_seqlen_q=call.max_q,
+            max_seqlen_k=call.max_k, dq=dq, dk=dk, dv=dv, softmax_scale=scale, is_causal=call.causal,
+            window_size_left=call.window[0], window_size_right=call.window[1], sm_margin=sm_margin)
+        return dq, dk, dv
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+
+class VarlenBlockOps(BlockOps):
+    """A block as ``plan_calls``' calls of ``fns``, folded into the running accumulators."""
+
+    def __init__(self, fns: VarlenFns):
+        self.fns = fns
+
+    def prepare(self, slices, device):
+        # Merged first: ``restrict`` leaves a one-row piece below each causal one, which would be a
+        # call of its own.
+        return super().prepare(merge_slices(slices), device)
+
+    def _calls(self, prepared, q, k) -> tuple[Call, ...]:
+        b, sq, sk = q.shape[0], q.shape[1], k.shape[1]
+        return self.shaped(prepared, (b, sq, sk), lambda: plan_calls(prepared["slices"], b, sq, sk, q.device))
+
+    def forward_into(self, q, k, v, prepared, scale, acc, sm_margin=0):
+        qf, kf, vf = _flat(q), _flat(k), _flat(v)
+        acc_out, acc_lse = _flat(acc.out), _flat(acc.lse)     # (b·s, h, d), (b·s, h)
+        for call in self._calls(prepared, q, k):
+            out, lse = self.fns.forward(call.q_rows(qf), call.k_rows(kf), call.k_rows(vf), call, scale, sm_margin)
+            lse = lse.t()
+            if acc.fresh and call.rows == qf.shape[0]:   # the whole shard, each row once: a copy
+                acc_out.copy_(out)
+                acc_lse.copy_(lse)
+                acc.fresh = False
+                continue
+            acc.start_zeroed()
+            if call.q_view is not None:
+                merge_into(acc_out[call.q_view], acc_lse[call.q_view], out, lse)
+            else:
+                rows_out, rows_lse = acc_out.index_select(0, call.q_index), acc_lse.index_select(0, call.q_index)
+                merge_into(rows_out, rows_lse, out, lse)
+                acc_out.index_copy_(0, call.q_index, rows_out)
+                acc_lse.index_copy_(0, call.q_index, rows_lse)
+
+    def forward(self, q, k, v, prepared, scale):
+        from .local import Accumulators
+
+        acc = Accumulators.unset(q.shape, q.device)
+        self.forward_into(q, k, v, prepared, scale, acc)
+        out, lse = acc.result()
+        return out.transpose(1, 2), lse.transpose(1, 2)
+
+    def backward_into(self, dout, q, k, v, out, lse, prepared, scale, dq_acc, sm_margin=0):
+        b, s, h, _ = q.shape
+        qf, kf, vf, of, dof = _flat(q), _flat(k), _flat(v), _flat(out), _flat(dout)
+        lse_hs = lse.transpose(0, 1).reshape(h, b * s)          # (b, h, s) → (h, b·s)
+        dq_f = _flat(dq_acc)
+        dk = torch.zeros(kf.shape, dtype=torch.float32, device=k.device)
+        dv = torch.zeros_like(dk)
+        for call in self._calls(prepared, q, k):
+            rows_lse = (lse_hs[:, call.q_view] if call.q_view is not None
+                        else lse_hs.index_select(1, call.q_index)).contiguous()
+            gq, gk, gv = self.fns.backward(call.q_rows(dof), call.q_rows(qf), call.k_rows(kf), call.k_rows(vf),
+                                           call.q_rows(of), rows_lse, call, scale, sm_margin)
+            _add_rows(dq_f, call.q_view, call.q_index, gq)
+            _add_rows(dk, call.k_view, call.k_index, gk)
+            _add_rows(dv, call.k_view, call.k_index, gv)
+        return dk.view(k.shape), dv.view(v.shape)
+
+    def backward(self, dout, q, k, v, out, lse, prepared, scale):
+        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        dk, dv = self.backward_into(dout, q, k, v, out, lse, prepared, scale, dq)
+        return dq.transpose(1, 2), dk, dv
+
+
+def _add_rows(into: torch.Tensor, view: Optional[slice], index: Optional[torch.Tensor], grad: torch.Tensor) -> None:
+    if view is not None:
+        into[view] += grad.float()
+    else:
+        into.index_add_(0, index, grad.float())
+

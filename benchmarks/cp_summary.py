@@ -2,7 +2,7 @@
 
     python benchmarks/cp_summary.py docs/results/cp_4xh100_graphs_2026-11-27/cp.parquet \\
         --kernels docs/results/h100_2026-11-23/kernels.parquet \\
-        [--before docs/results/cp_4xh100_2026-11-27/cp.parquet] [--tie 0.05]
+        [--before docs/results/cp_4xh100_2026-11-27/cp.parquet] [--tie 0.05] [--by-local-kernel]
 
 Prints Markdown: the best strategy per mask × tokens per GPU × cp_size (2, 4) × direction, with its
 p20–p80 spread, the strategies tied with it, the scaling against cp_size 1 and the ratio to the
@@ -73,12 +73,17 @@ def before_after(cp: pd.DataFrame, before: pd.DataFrame) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("cp", type=Path, help="a cp.parquet")
+    ap.add_argument("cp", type=Path, nargs="+", help="a cp.parquet (several: their rows together)")
     ap.add_argument("--kernels", type=Path, required=True, help="the kernel table of the same GPU model")
     ap.add_argument("--before", type=Path, help="another cp.parquet to compare cell by cell")
     ap.add_argument("--tie", type=float, default=0.05, help="tie margin (default 0.05)")
+    ap.add_argument("--by-local-kernel", action="store_true",
+                    help="name each strategy with its local kernel (strategy·kernel), so one strategy on two "
+                         "local kernels is two contenders, each scaled against its own cp_size 1")
     args = ap.parse_args()
-    cp = parquet.load(args.cp)
+    cp = pd.concat([parquet.load(p) for p in args.cp], ignore_index=True)
+    if args.by_local_kernel:
+        cp["strategy"] = cp["strategy"] + "·" + cp["local_kernel"].fillna("?")
     print(best_table(cp, parquet.load(args.kernels), args.tie))
     if args.before:
         print()

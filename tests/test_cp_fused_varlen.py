@@ -12,7 +12,6 @@ from longca.attention import reference
 from longca.attention.masks import AttnMask, AttnSlice
 from longca.cp.blocks import Span, merge_slices, restrict
 from longca.cp.fused_varlen import VarlenBlockOps, layers, plan_calls, trimmed
-from longca.cp.local import Accumulators
 
 from test_cp_blocks import PATTERNS, _mask, _random_spans
 from varlen_reference import ReferenceVarlen
@@ -21,14 +20,14 @@ from varlen_reference import ReferenceVarlen
 def _attend(ops, slices, q, k, v, do):
     """The block through ``ops``: (out, lse (b, h, s)) and (dq, dk, dv) from its own statistics."""
     prepared = ops.prepare(slices, q.device)
-    acc = Accumulators.unset(q.shape, q.device)
+    acc = ops.new_accumulators(q)
     ops.forward_into(q, k, v, prepared, q.shape[-1] ** -0.5, acc)
     out, lse = acc.result()
     lse = lse.transpose(1, 2)
     lse_bwd = torch.where(torch.isneginf(lse), torch.full_like(lse, float("inf")), lse)
-    dq = torch.zeros(q.shape, dtype=torch.float32)
+    dq = ops.new_dq(q)
     dk, dv = ops.backward_into(do, q, k, v, out.to(q.dtype), lse_bwd, prepared, q.shape[-1] ** -0.5, dq)
-    return out, lse, (dq, dk, dv)
+    return out, lse, (ops.dq_result(dq, q.dtype), dk, dv)
 
 
 def _exact(slices, q, k, v, do):
@@ -74,7 +73,7 @@ def test_blocks_merge_into_one_accumulator_whatever_comes_first():
     want = reference.attention(q, k, v, restrict_mask(mask, q_spans))
     for order in (halves, halves[::-1]):
         ops = VarlenBlockOps(ReferenceVarlen())
-        acc = Accumulators.unset(q.shape, q.device)
+        acc = ops.new_accumulators(q)
         for spans in order:
             part = slice(spans[0].start, spans[0].end)
             prepared = ops.prepare(restrict(mask, q_spans, spans), q.device)
@@ -115,3 +114,36 @@ def test_trimming_drops_the_rows_that_see_nothing():
     assert trimmed(AttnSlice(0, 10, 0, 4, "inv_causal")) == AttnSlice(0, 4, 0, 4, "inv_causal")
     assert trimmed(AttnSlice(0, 10, 0, 4, "bi_causal")) is None
     assert trimmed(AttnSlice(0, 10, 0, 12, "bi_causal")) == AttnSlice(0, 10, 0, 12, "bi_causal")
+
+
+def test_a_shard_wide_first_call_writes_output_and_dq_in_place_and_bf16_merges_stay_close():
+    """The rank's own block of whole documents (one causal call over every row) writes the bf16
+    output and dq the kernel makes, with no float32 copy; a second block (earlier pieces of a
+    document held elsewhere) is merged in float32 and rounded once: bf16-close to the exact result."""
+    mask = _mask("varlen_causal", 256, 2)
+    mine, other = (Span(128, 256, 0),), (Span(0, 128, 0),)
+    torch.manual_seed(1)
+    q, do = (torch.randn(1, 128, 4, 16, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(1, 256, 2, 16, dtype=torch.bfloat16) for _ in range(2))
+    fns = ReferenceVarlen()
+    ops = VarlenBlockOps(fns)
+    acc = ops.new_accumulators(q)
+    own = ops.prepare(restrict(mask, mine, mine), q.device)
+    earlier = ops.prepare(restrict(mask, mine, other), q.device)
+    assert earlier["slices"]   # a document crosses the cut: the second block is not empty
+    ops.forward_into(q, k[:, 128:], v[:, 128:], own, 0.25, acc)
+    ops.forward_into(q, k[:, :128], v[:, :128], earlier, 0.25, acc)
+    assert acc.out.dtype == torch.bfloat16 and fns.written_in_place[0] == ("out", True)
+    rows = AttnMask("rows", 128, 256, restrict(mask, mine, (Span(0, 256, 0),)))
+    want, want_lse = reference.attention(q.double(), k.double(), v.double(), rows, scale=0.25, return_lse=True)
+    out, lse = acc.result()
+    assert (out.double() - want).abs().max() < 2e-2
+    assert torch.allclose(lse.transpose(1, 2).double(), want_lse, atol=1e-2)
+    dq = ops.new_dq(q)
+    lse_bwd = lse.transpose(1, 2).contiguous()
+    ops.backward_into(do, q, k[:, 128:], v[:, 128:], out, lse_bwd, own, 0.25, dq)
+    ops.backward_into(do, q, k[:, :128], v[:, :128], out, lse_bwd, earlier, 0.25, dq)
+    assert ("dq", True) in fns.written_in_place
+    qr, kr, vr = (t.double().requires_grad_(True) for t in (q, k, v))
+    want_dq, = torch.autograd.grad(reference.attention(qr, kr, vr, rows, scale=0.25), (qr,), do.double())
+    assert (ops.dq_result(dq, torch.bfloat16).double() - want_dq).abs().max() < 3e-2

@@ -37,3 +37,9 @@ def test_each_call_adds_what_this_rank_sends_and_restore_puts_the_originals_back
     assert calls == ["gather", "permute"]
     counter.restore()
     assert (ft_c.all_gather_single, ft_c.permute_tensor) == before
+    alone = SimpleNamespace(comm_bytes=0, world=1)   # cp_size 1: PyTorch still permutes, to itself
+    counter = CountedFunctionalCollectives(alone)
+    ft_c.all_gather_single(kv, 0, None)
+    ft_c.permute_tensor(kv, [0], None)
+    counter.restore()
+    assert alone.comm_bytes == 0

@@ -33,11 +33,15 @@ def _expand(x, group):
 class ReferenceVarlen(VarlenFns):
     def __init__(self):
         self.calls = 0
+        self.written_in_place = []   # per call: whether the caller gave the output (dq) buffer
 
-    def forward(self, q, k, v, call, scale, sm_margin):
+    def forward(self, q, k, v, call, scale, sm_margin, out=None):
         self.calls += 1
+        self.written_in_place.append(("out", out is not None))
         group = q.shape[1] // k.shape[1]
-        out = torch.zeros_like(q)
+        if out is None:
+            out = torch.empty_like(q)
+        out.zero_()
         lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32)
         for a, b, c, d in _sequences(call):
             qs, ks, vs = q[a:b].double(), _expand(k[c:d], group).double(), _expand(v[c:d], group).double()
@@ -48,9 +52,12 @@ class ReferenceVarlen(VarlenFns):
             lse[:, a:b] = row_lse.float()
         return out, lse
 
-    def backward(self, dout, q, k, v, out, lse, call, scale, sm_margin):
+    def backward(self, dout, q, k, v, out, lse, call, scale, sm_margin, dq=None):
+        self.written_in_place.append(("dq", dq is not None))
         group = q.shape[1] // k.shape[1]
-        dq = torch.zeros_like(q)
+        if dq is None:
+            dq = torch.empty_like(q)
+        dq.zero_()
         dk = torch.zeros(k.shape[0], q.shape[1], k.shape[2], dtype=torch.float64)
         dv = torch.zeros_like(dk)
         for a, b, c, d in _sequences(call):

@@ -51,6 +51,19 @@ class BlockOps:
     def backward(self, dout, q, k, v, out, lse, prepared, scale: float):
         raise NotImplementedError
 
+    # The running accumulators a strategy gets from ``BlockAttention`` and only passes on: float32
+    # output and LSE laid out as the tokens are, and a float32 dq.
+    def new_accumulators(self, q):
+        from .local import Accumulators
+
+        return Accumulators.unset(q.shape, q.device)
+
+    def new_dq(self, q):
+        return torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+
+    def dq_result(self, dq_acc, dtype: torch.dtype) -> torch.Tensor:
+        return dq_acc.to(dtype)
+
     # What a strategy calls: the block added into the running accumulators (``local.Accumulators``),
     # laid out as the tokens are, ``(b, s, h, d)`` output and ``(b, s, h)`` LSE (float32), and dq
     # ``(b, s, h, d)``.  A kernel that reduces into given buffers itself (FFA) overrides these and

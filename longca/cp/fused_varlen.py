@@ -28,7 +28,7 @@ import torch
 from ..attention.masks import AttnSlice, SliceKind
 from .blocks import merge_slices
 from .fused import BlockOps
-from .local import merge_into
+from .local import Accumulators, merge_into
 
 
 def _rule(s: AttnSlice) -> tuple[bool, int, int]:
@@ -127,13 +127,14 @@ def plan_calls(slices: Sequence[AttnSlice], batch: int, sq: int, sk: int, device
 class VarlenFns:
     """A varlen kernel's forward and backward on packed ``(total, heads, d)`` tensors (GQA native).
 
-    ``forward`` returns the output and the LSE, float32 ``(heads, total_q)``; ``backward`` takes the
-    global output and LSE for the same rows and returns dq, dk, dv shaped as q, k, v."""
+    ``forward`` returns the output (written into ``out`` when given) and the LSE, float32
+    ``(heads, total_q)``; ``backward`` takes the global output and LSE for the same rows and returns
+    dq (written into ``dq`` when given), dk, dv, shaped as q, k, v."""
 
-    def forward(self, q, k, v, call: Call, scale: float, sm_margin: int):
+    def forward(self, q, k, v, call: Call, scale: float, sm_margin: int, out=None):
         raise NotImplementedError
 
-    def backward(self, dout, q, k, v, out, lse, call: Call, scale: float, sm_margin: int):
+    def backward(self, dout, q, k, v, out, lse, call: Call, scale: float, sm_margin: int, dq=None):
         raise NotImplementedError
 
 
@@ -143,15 +144,16 @@ class Fa3Varlen(VarlenFns):
     def __init__(self, module):
         self.module = module
 
-    def forward(self, q, k, v, call, scale, sm_margin):
+    def forward(self, q, k, v, call, scale, sm_margin, out=None):
         out, lse, *_ = self.module._flash_attn_forward(
-            q, k, v, cu_seqlens_q=call.cu_q, cu_seqlens_k=call.cu_k, max_seqlen_q=call.max_q,
+            q, k, v, out_=out, cu_seqlens_q=call.cu_q, cu_seqlens_k=call.cu_k, max_seqlen_q=call.max_q,
             max_seqlen_k=call.max_k, softmax_scale=scale, causal=call.causal, window_size_left=call.window[0],
             window_size_right=call.window[1], sm_margin=sm_margin)
         return out, lse
 
-    def backward(self, dout, q, k, v, out, lse, call, scale, sm_margin):
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    def backward(self, dout, q, k, v, out, lse, call, scale, sm_margin, dq=None):
+        dq = torch.empty_like(q) if dq is None else dq
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
         self.module._flash_attn_backward(
             dout, q, k, v, out, lse, cu_seqlens_q=call.cu_q, cu_seqlens_k=call.cu_k, max_seqlen_q=call.max_q,
             max_seqlen_k=call.max_k, dq=dq, dk=dk, dv=dv, softmax_scale=scale, is_causal=call.causal,
@@ -163,8 +165,22 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
 
+@dataclass
+class DqAccumulator:
+    """A rank's dq in the inputs' dtype, unset until the first block: a block whose one call covers
+    every query row writes it in place (no zero fill, no extra pass)."""
+
+    buf: torch.Tensor
+    fresh: bool = True
+
+
 class VarlenBlockOps(BlockOps):
-    """A block as ``plan_calls``' calls of ``fns``, folded into the running accumulators."""
+    """A block as ``plan_calls``' calls of ``fns``, folded into the running accumulators.
+
+    The output and dq are kept in the inputs' dtype, as the kernel writes them: a float32 copy of a
+    16K-token shard's output (64 heads of 128) is 0.5 GB, and the passes to it and back cost as much
+    as the attention of a short-document shard.  The first call that covers every query row writes
+    them in place; later blocks are folded in by LSE, computed in float32 and rounded once."""
 
     def __init__(self, fns: VarlenFns):
         self.fns = fns
@@ -178,15 +194,33 @@ class VarlenBlockOps(BlockOps):
         b, sq, sk = q.shape[0], q.shape[1], k.shape[1]
         return self.shaped(prepared, (b, sq, sk), lambda: plan_calls(prepared["slices"], b, sq, sk, q.device))
 
+    def new_accumulators(self, q):
+        lse = torch.full(q.shape[:-1], float("-inf"), dtype=torch.float32, device=q.device)
+        return Accumulators(torch.empty_like(q), lse)
+
+    def new_dq(self, q):
+        return DqAccumulator(torch.empty_like(q))
+
+    def dq_result(self, dq_acc, dtype):
+        if dq_acc.fresh:   # no block reached this rank's queries
+            dq_acc.buf.zero_()
+        return dq_acc.buf.to(dtype)
+
     def forward_into(self, q, k, v, prepared, scale, acc, sm_margin=0):
         qf, kf, vf = _flat(q), _flat(k), _flat(v)
         acc_out, acc_lse = _flat(acc.out), _flat(acc.lse)     # (b·s, h, d), (b·s, h)
         for call in self._calls(prepared, q, k):
-            out, lse = self.fns.forward(call.q_rows(qf), call.k_rows(kf), call.k_rows(vf), call, scale, sm_margin)
+            whole = acc.fresh and call.rows == qf.shape[0]     # every row, once: written, not merged
+            into = acc_out if whole and call.q_view is not None else None
+            out, lse = self.fns.forward(call.q_rows(qf), call.k_rows(kf), call.k_rows(vf), call, scale, sm_margin,
+                                        out=into)
             lse = lse.t()
-            if acc.fresh and call.rows == qf.shape[0]:   # the whole shard, each row once: a copy
-                acc_out.copy_(out)
-                acc_lse.copy_(lse)
+            if whole:
+                if into is None:
+                    acc_out.index_copy_(0, call.q_index, out)
+                    acc_lse.index_copy_(0, call.q_index, lse)
+                else:
+                    acc_lse.copy_(lse)
                 acc.fresh = False
                 continue
             acc.start_zeroed()
@@ -199,9 +233,7 @@ class VarlenBlockOps(BlockOps):
                 acc_lse.index_copy_(0, call.q_index, rows_lse)
 
     def forward(self, q, k, v, prepared, scale):
-        from .local import Accumulators
-
-        acc = Accumulators.unset(q.shape, q.device)
+        acc = self.new_accumulators(q)
         self.forward_into(q, k, v, prepared, scale, acc)
         out, lse = acc.result()
         return out.transpose(1, 2), lse.transpose(1, 2)
@@ -210,28 +242,34 @@ class VarlenBlockOps(BlockOps):
         b, s, h, _ = q.shape
         qf, kf, vf, of, dof = _flat(q), _flat(k), _flat(v), _flat(out), _flat(dout)
         lse_hs = lse.transpose(0, 1).reshape(h, b * s)          # (b, h, s) → (h, b·s)
-        dq_f = _flat(dq_acc)
+        dq_f = _flat(dq_acc.buf)
         dk = torch.zeros(kf.shape, dtype=torch.float32, device=k.device)
         dv = torch.zeros_like(dk)
         for call in self._calls(prepared, q, k):
             rows_lse = (lse_hs[:, call.q_view] if call.q_view is not None
                         else lse_hs.index_select(1, call.q_index)).contiguous()
+            whole = dq_acc.fresh and call.rows == qf.shape[0] and call.q_view is not None
             gq, gk, gv = self.fns.backward(call.q_rows(dof), call.q_rows(qf), call.k_rows(kf), call.k_rows(vf),
-                                           call.q_rows(of), rows_lse, call, scale, sm_margin)
-            _add_rows(dq_f, call.q_view, call.q_index, gq)
+                                           call.q_rows(of), rows_lse, call, scale, sm_margin,
+                                           dq=dq_f if whole else None)
+            if not whole:
+                if dq_acc.fresh:
+                    dq_f.zero_()
+                _add_rows(dq_f, call.q_view, call.q_index, gq)
+            dq_acc.fresh = False
             _add_rows(dk, call.k_view, call.k_index, gk)
             _add_rows(dv, call.k_view, call.k_index, gv)
         return dk.view(k.shape), dv.view(v.shape)
 
     def backward(self, dout, q, k, v, out, lse, prepared, scale):
-        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        dq = self.new_dq(q)
         dk, dv = self.backward_into(dout, q, k, v, out, lse, prepared, scale, dq)
-        return dq.transpose(1, 2), dk, dv
+        return self.dq_result(dq, torch.float32).transpose(1, 2), dk, dv
 
 
 def _add_rows(into: torch.Tensor, view: Optional[slice], index: Optional[torch.Tensor], grad: torch.Tensor) -> None:
+    """``grad`` added into rows of ``into``, in ``into``'s dtype."""
     if view is not None:
-        into[view] += grad.float()
+        into[view] += grad.to(into.dtype)
     else:
-        into.index_add_(0, index, grad.float())
-
+        into.index_add_(0, index, grad.to(into.dtype))

@@ -101,7 +101,8 @@ def to_pieces(slices: Sequence[AttnSlice], modes: frozenset[str], kernel: str) -
 def merge_into(acc_out: torch.Tensor, acc_lse: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
     """Fold a partial ``(out, lse)`` into float32 accumulators, in place.
 
-    ``acc_out``/``out``: ``(b, h, s, d)``; ``acc_lse``/``lse``: ``(b, h, s)``.  Rows that have seen no
+    ``acc_out``/``out``: ``(b, h, s, d)``; ``acc_lse``/``lse``: ``(b, h, s)``.  ``acc_out`` is float32,
+    or the inputs' dtype where a block op keeps it so (``longca.cp.fused_varlen``).  Rows that have seen no
     key yet carry ``lse = -inf``; the shift below is guarded so -inf - -inf never makes a NaN."""
     hi = torch.maximum(acc_lse, lse)
     shift = torch.where(torch.isinf(hi), torch.zeros_like(hi), hi)
@@ -109,8 +110,12 @@ def merge_into(acc_out: torch.Tensor, acc_lse: torch.Tensor, out: torch.Tensor, 
     w_new = torch.exp(lse - shift)
     total = w_acc + w_new
     safe_total = total.clamp_min(torch.finfo(total.dtype).tiny)
-    acc_out.mul_((w_acc / safe_total).unsqueeze(-1))
-    acc_out.add_(out.float() * (w_new / safe_total).unsqueeze(-1))
+    if acc_out.dtype in (torch.float32, torch.float64):
+        acc_out.mul_((w_acc / safe_total).unsqueeze(-1))
+        acc_out.add_(out.to(acc_out.dtype) * (w_new / safe_total).unsqueeze(-1))
+    else:  # an output kept in the inputs' dtype: computed in float32, rounded once
+        acc_out.copy_(acc_out.float() * (w_acc / safe_total).unsqueeze(-1)
+                      + out.float() * (w_new / safe_total).unsqueeze(-1))
     acc_lse.copy_(shift + torch.log(total))
 
 
@@ -203,17 +208,22 @@ class BlockAttention:
     # block: laid out as the tokens are, ``(b, s, h, d)`` / ``(b, s, h)``, which FFA reduces into
     # directly.  Strategies only pass them on (new_*, then finish / dq_result).
     def new_accumulators(self, q: torch.Tensor) -> Accumulators:
+        if self.fused is not None:
+            return self.fused.new_accumulators(q)
         b, s, h, d = q.shape
-        return Accumulators.unset((b, s, h, d) if self.fused is not None else (b, h, s, d), q.device)
+        return Accumulators.unset((b, h, s, d), q.device)
 
-    def new_dq(self, q: torch.Tensor) -> torch.Tensor:
+    def new_dq(self, q: torch.Tensor):
+        if self.fused is not None:
+            return self.fused.new_dq(q)
         b, s, h, d = q.shape
-        shape = (b, s, h, d) if self.fused is not None else (b, h, s, d)
-        return torch.zeros(shape, dtype=torch.float32, device=q.device)
+        return torch.zeros((b, h, s, d), dtype=torch.float32, device=q.device)
 
-    def dq_result(self, dq_acc: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    def dq_result(self, dq_acc, dtype: torch.dtype) -> torch.Tensor:
         """The dq accumulator → ``(b, s, h, d)`` in ``dtype``."""
-        return (dq_acc if self.fused is not None else dq_acc.transpose(1, 2)).to(dtype)
+        if self.fused is not None:
+            return self.fused.dq_result(dq_acc, dtype)
+        return dq_acc.transpose(1, 2).to(dtype)
 
     def _margin(self, overlapped: bool) -> int:
         return self.comm_sm_margin if overlapped else 0

@@ -39,7 +39,8 @@ def _native(mask) -> str | None:
 class CountedFunctionalCollectives:
     """The all-gathers and ``permute_tensor`` of ``torch.distributed._functional_collectives`` wrapped
     to add what this rank sends to ``owner.comm_bytes`` (an all-gather: its input to each of the
-    other ``owner.world - 1`` ranks; a permutation: its input, to one rank); ``restore`` puts the
+    other ``owner.world - 1`` ranks; a permutation: its input, to one other rank, none when alone);
+    ``restore`` puts the
     originals back.  PyTorch's ring gathers with ``all_gather_tensor`` (2.11) or
     ``all_gather_single`` (later): whichever this PyTorch has is wrapped."""
 
@@ -58,8 +59,9 @@ class CountedFunctionalCollectives:
 
     def _counted(self, name, fn):
         def call(x, *args, **kwargs):
-            nbytes = x.numel() * x.element_size()
-            self.owner.comm_bytes += nbytes * (self.owner.world - 1) if name in self.GATHERS else nbytes
+            # Ranks the input goes to; alone (cp_size 1) a permutation is to itself: nothing leaves.
+            receivers = self.owner.world - 1 if name in self.GATHERS else int(self.owner.world > 1)
+            self.owner.comm_bytes += x.numel() * x.element_size() * receivers
             return fn(x, *args, **kwargs)
         return call
 

@@ -139,16 +139,21 @@ class VarlenFns:
 
 
 class Fa3Varlen(VarlenFns):
-    """flash-attention ``hopper/``'s ``_flash_attn_forward`` / ``_flash_attn_backward``."""
+    """flash-attention ``hopper/``: its ``fwd`` operator and ``_flash_attn_backward``.  The forward
+    calls the operator, not the module's ``_flash_attn_forward``: that one is a custom op declared to
+    mutate nothing, which refuses an output buffer (its result would alias an input); the operator
+    declares ``out`` as written.  ``num_splits=1`` as the module passes it (LongCA's build has no
+    split kernels)."""
 
     def __init__(self, module):
         self.module = module
+        self.fwd = torch.ops.flash_attn_3.fwd   # registered when the module imported flash_attn_3._C
 
     def forward(self, q, k, v, call, scale, sm_margin, out=None):
-        out, lse, *_ = self.module._flash_attn_forward(
-            q, k, v, out_=out, cu_seqlens_q=call.cu_q, cu_seqlens_k=call.cu_k, max_seqlen_q=call.max_q,
-            max_seqlen_k=call.max_k, softmax_scale=scale, causal=call.causal, window_size_left=call.window[0],
-            window_size_right=call.window[1], sm_margin=sm_margin)
+        out, lse, *_ = self.fwd(
+            q, k, v, out=out, cu_seqlens_q=call.cu_q, cu_seqlens_k=call.cu_k, max_seqlen_q=call.max_q,
+            max_seqlen_k=call.max_k, softmax_scale=scale, is_causal=call.causal, window_size_left=call.window[0],
+            window_size_right=call.window[1], num_splits=1, sm_margin=sm_margin)
         return out, lse
 
     def backward(self, dout, q, k, v, out, lse, call, scale, sm_margin, dq=None):

@@ -9,9 +9,10 @@ pieces (full), instead of a call per document piece.
 
 Rows go to the kernel as views where a layer's ranges follow one another in memory (a rank's own
 block of whole documents, its fetched keys); otherwise they are gathered (``index_select``) and the
-results put back by index.  Partial outputs fold into the running float32 accumulators by
-log-sum-exp (``longca.cp.local.merge_into``), or are copied into them when the first layer covers
-every row.  The backward takes the global output and LSE, as every block's does.
+results put back by index.  The running output and dq stay in the inputs' dtype: the first call
+that covers every query row writes them in place, later ones fold in by log-sum-exp
+(``longca.cp.local.merge_into``, in float32, rounded once).  The backward takes the global output
+and LSE, as every block's does.
 
 ``VarlenFns`` is the kernel's side: ``Fa3Varlen`` calls flash-attention's ``hopper/`` build; a test
 passes a plain reference (``tests/varlen_reference.py``) and checks this module's bookkeeping on the

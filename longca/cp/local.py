@@ -99,7 +99,7 @@ def to_pieces(slices: Sequence[AttnSlice], modes: frozenset[str], kernel: str) -
 
 
 def merge_into(acc_out: torch.Tensor, acc_lse: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
-    """Fold a partial ``(out, lse)`` into float32 accumulators, in place.
+    """Fold a partial ``(out, lse)`` into the running accumulators, in place.
 
     ``acc_out``/``out``: ``(b, h, s, d)``; ``acc_lse``/``lse``: ``(b, h, s)``.  ``acc_out`` is float32,
     or the inputs' dtype where a block op keeps it so (``longca.cp.fused_varlen``).  Rows that have seen no

@@ -26,7 +26,7 @@ def _k(n: int) -> str:
 def kernel_table(kernels: pd.DataFrame, tie: float) -> str:
     rows = sparse.sparse_rows(kernels)
     names = sorted(set(tables.ok_rows(rows)["kernel"]))
-    answers = {(e["block"], e["kept"], e["seqlen"], e["direction"], e["dtype"]): e
+    answers = {(e["tiles"], e["block"], e["kept"], e["seqlen"], e["direction"], e["dtype"]): e
                for e in sparse.answers(kernels, tie)}
     head = (["block", "kept (exact)", "length", "dir"] + [f"{n} TFLOPs/s (ms)" for n in names]
             + ["fastest dense on full (ms)", "speed-up of the best (dense ÷ sparse time)", "tied within " + f"{tie:.0%}"])
@@ -42,7 +42,8 @@ def kernel_table(kernels: pd.DataFrame, tie: float) -> str:
         dense = f"{e['dense_kernel']} ({e['dense_ms']:.2f})" if e["dense_kernel"] else "—"
         speed = f"**{e['speedup']:.2f}×**" if e["speedup"] else "—"
         tied = ", ".join([e["kernel"], *e.get("tied", [])]) if e.get("tie") else (e["kernel"] or "—")
-        lines.append(f"| {key[0]} | {key[1]} ({e['kept_actual']:.3f}) | {_k(key[2])} | {key[3]} | "
+        block = f"{key[1]}" if key[0] == "uniform" else f"{key[1]} ({key[0]})"
+        lines.append(f"| {block} | {key[2]} ({e['kept_actual']:.3f}) | {_k(key[3])} | {key[4]} | "
                      + " | ".join(cells) + f" | {dense} | {speed} | {tied} |")
     return "\n".join(lines)
 

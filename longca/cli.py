@@ -379,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     chk = sub.add_parser("check", help="correctness gate for every available kernel and mask; "
                                        "exit 1 on a wrong result")
     chk.add_argument("--kernels", nargs="*", default=None, help="default: every kernel available here")
-    chk.add_argument("--masks", nargs="*", default=None, help="default: the 14 patterns, block_sparse and block_sparse_heads")
+    chk.add_argument("--masks", nargs="*", default=None, help="default: the 14 patterns, block_sparse and the per-head block patterns")
     chk.add_argument("--directions", nargs="*", default=["fwd", "bwd"], choices=["fwd", "bwd"])
     # Resolved in _check: building the parser must not import torch (run-cell's worker client is light).
     chk.add_argument("--device", default=None, help="default: cuda if available, else cpu")

@@ -349,10 +349,11 @@ def _head_pattern_problems(config: dict, i: int, entry: MaskEntry) -> list[str]:
         if entry.params.get(key, value) != value:
             problems.append(f"config.masks[{i}] ({entry.name}).params.{key}: {entry.params[key]!r}, but the grid "
                             f"has {value} (heads_q {config['heads_q']}, heads_kv {config['heads_kv']}); leave it out")
-    block = entry.params.get("block", masks.SPARSE_BLOCK)
-    if config["gate_seqlen"] % block:
+    key, default = masks.GATE_MULTIPLE[entry.pattern]
+    step = entry.params.get(key, default)
+    if config["gate_seqlen"] % step:
         problems.append(f"config.gate_seqlen: {config['gate_seqlen']} is not a multiple of mask "
-                        f"{entry.name!r}'s block {block} (its gate keeps the block)")
+                        f"{entry.name!r}'s {key} {step} (its gate keeps the {key})")
     if config["cp_strategies"] and (config["cp_masks"] is None or entry.name in config["cp_masks"]):
         problems.append(f"config.cp_masks: {entry.name!r} has a pattern per KV head, which CP strategies do not "
                         "take (they run one mask for every head); list the CP masks without it")

@@ -47,17 +47,20 @@ def flashinfer(monkeypatch):
     return fresh_adapter("flashinfer_block_sparse")
 
 
-def _problem(block, **over):
-    spec = dict(mask="sparse", pattern="block_sparse_heads", seqlen=512, dtype="float64", seed=3, batch=1,
-                heads_q=4, heads_kv=2, head_dim=8,
-                mask_params={"kept": 0.3, "block": block, "heads": 2, "group": 2})
+def _problem(block, variable_unit=None, **over):
+    params = {"kept": 0.3, "block": block, "heads": 2, "group": 2}
+    pattern = "block_sparse_heads"
+    if variable_unit:  # tiles of random sizes, multiples of the unit, `block` on average
+        pattern, params["unit"] = "variable_block_sparse_heads", variable_unit
+    spec = dict(mask="sparse", pattern=pattern, seqlen=512, dtype="float64", seed=3, batch=1,
+                heads_q=4, heads_kv=2, head_dim=8, mask_params=params)
     spec.update(over)
     return ProblemSpec(**spec).problem()
 
 
-@pytest.mark.parametrize("block", [32, 64, 128])
-def test_each_kv_heads_kept_blocks_reach_flashinfer_and_give_exact_attention(flashinfer, block):
-    problem = _problem(block)
+@pytest.mark.parametrize("block, variable_unit", [(32, None), (64, None), (128, None), (64, 16)])
+def test_each_kv_heads_kept_blocks_reach_flashinfer_and_give_exact_attention(flashinfer, block, variable_unit):
+    problem = _problem(block, variable_unit)
     prepared = flashinfer.prepare(problem)
     assert prepared["wrapper"].allowed.shape == (2, 512, 512) and prepared["layout_copies"] is True
     q, k, v, _ = problem.make_inputs(requires_grad=False)

@@ -37,17 +37,20 @@ def vsa(monkeypatch):
     return fresh_adapter("vsa_triton")
 
 
-def _problem(block, **over):
-    spec = dict(mask="sparse", pattern="block_sparse_heads", seqlen=512, dtype="float64", seed=2, batch=2,
-                heads_q=4, heads_kv=2, head_dim=8,
-                mask_params={"kept": 0.3, "block": block, "heads": 2, "group": 2})
+def _problem(block, variable_unit=None, **over):
+    params = {"kept": 0.3, "block": block, "heads": 2, "group": 2}
+    pattern = "block_sparse_heads"
+    if variable_unit:  # tiles of random sizes, multiples of the unit, `block` on average
+        pattern, params["unit"] = "variable_block_sparse_heads", variable_unit
+    spec = dict(mask="sparse", pattern=pattern, seqlen=512, dtype="float64", seed=2, batch=2,
+                heads_q=4, heads_kv=2, head_dim=8, mask_params=params)
     spec.update(over)
     return ProblemSpec(**spec).problem()
 
 
-@pytest.mark.parametrize("block", [64, 128])
-def test_each_query_heads_kept_tiles_reach_vsa_and_give_exact_attention(vsa, block):
-    problem = _problem(block)
+@pytest.mark.parametrize("block, variable_unit", [(64, None), (128, None), (128, 64)])
+def test_each_query_heads_kept_tiles_reach_vsa_and_give_exact_attention(vsa, block, variable_unit):
+    problem = _problem(block, variable_unit)
     prepared = vsa.prepare(problem)
     assert prepared["q2k_idx"].shape[:3] == (1, 4, 512 // TILE) and prepared["kv_expanded"] is True
     q, k, v, grad_out = problem.make_inputs(requires_grad=True)
@@ -60,7 +63,8 @@ def test_each_query_heads_kept_tiles_reach_vsa_and_give_exact_attention(vsa, blo
 
 
 def test_blocks_vsa_cannot_tile_and_other_masks_are_refused(vsa):
-    assert "64-token tiles; block 32" in vsa.supports_mask(_problem(32))
+    assert "64-token tiles; the pattern's tiles are multiples of 32 tokens" in vsa.supports_mask(_problem(32))
+    assert "multiples of 32 tokens" in vsa.supports_mask(_problem(128, variable_unit=32))
     assert "block_sparse_heads" in vsa.supports_mask(ProblemSpec(mask="causal", seqlen=128).problem())
 
 

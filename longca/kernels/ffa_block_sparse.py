@@ -30,16 +30,18 @@ def head_ranges(mask: HeadBlockMask, batch: int = 1) -> tuple[np.ndarray, np.nda
     """``(q_ranges, k_ranges)``, each ``(n, 2)``: every run of kept key tiles of every query tile
     of every KV head, head ``h`` of sequence ``b`` at token offset ``(b · heads + h) · seqlen``."""
     heads, rows, first, end = mask.runs()
-    b, n = mask.block, mask.seqlen_q
-    per_seq_q = np.stack([heads * n + rows * b, heads * n + (rows + 1) * b], axis=1)
-    per_seq_k = np.stack([heads * n + first * b, heads * n + end * b], axis=1)
+    n = mask.seqlen_q
+    at = mask.offsets()  # (heads, tiles + 1): tile i of head h spans at[h, i] .. at[h, i + 1]
+    base = heads * n
+    per_seq_q = np.stack([base + at[heads, rows], base + at[heads, rows + 1]], axis=1)
+    per_seq_k = np.stack([base + at[heads, first], base + at[heads, end]], axis=1)
     shift = (np.arange(batch) * mask.heads * n).repeat(len(rows))[:, None]
     return np.tile(per_seq_q, (batch, 1)) + shift, np.tile(per_seq_k, (batch, 1)) + shift
 
 
 class FFABlockSparse(MagiFFA):
     name = "ffa_block_sparse"
-    description = "FFA with each KV head's kept tiles as ranges (block_sparse_heads masks)"
+    description = "FFA with each KV head's kept tiles as ranges (block_sparse_heads, variable_block_sparse_heads)"
     head_masks = True
     mask_code = ("attention/masks/head_blocks.py",)
 
@@ -53,7 +55,8 @@ class FFABlockSparse(MagiFFA):
         as_tensor = lambda x: torch.as_tensor(x, dtype=torch.int32, device=problem.device)  # noqa: E731
         types = np.full(len(q_ranges), FFA_TYPE[SliceKind.FULL])
         return {"q_ranges": as_tensor(q_ranges), "k_ranges": as_tensor(k_ranges),
-                "attn_type_map": as_tensor(types), "ranges": len(types), "block": problem.mask.block}
+                "attn_type_map": as_tensor(types), "ranges": len(types),
+                "block": int(problem.mask.tile_sizes().max())}  # the longest query range
 
     def forward(self, q, k, v, prepared):
         b, s, hq, d = q.shape

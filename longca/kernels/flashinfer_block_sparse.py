@@ -3,8 +3,8 @@ per-head block pattern.
 
 The wrapper takes, per KV head, a boolean map of kept blocks ``[heads_kv, row blocks, column
 blocks]`` with each block row's and column's size; query head ``h`` reads KV head ``h // group``.
-A ``block_sparse_heads`` pattern holds one table per KV head shared by its query group, so it goes
-in as it is, blocks of the pattern's size.  ``plan`` (it synchronises and builds the schedule) runs
+A per-head block pattern holds one table per KV head shared by its query group, so it goes in as
+it is, blocks of the pattern's sizes (``variable_block_sparse_heads``: each head's own).  ``plan`` (it synchronises and builds the schedule) runs
 in ``prepare``, once per problem; the timed call is ``run``.  FlashInfer lays tensors out head-major
 (``q [heads_q, tokens, d]``, ``k``/``v`` ``[heads_kv, tokens, d]``), so the call transposes in and
 out (``layout_copies: true`` in the row's notes, as the FFA adapter packs tokens).  One sequence per
@@ -30,7 +30,8 @@ WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended float workspace
 
 class FlashInferBlockSparse(Kernel):
     name = "flashinfer_block_sparse"
-    description = "FlashInfer's variable-block-sparse attention (FA3 backend on Hopper), block_sparse_heads masks"
+    description = ("FlashInfer's variable-block-sparse attention (FA3 backend on Hopper), block_sparse_heads and "
+                   "variable_block_sparse_heads masks")
     devices = ("cuda",)
     dtypes = (torch.bfloat16, torch.float16)
     supports_backward = False
@@ -76,8 +77,7 @@ class FlashInferBlockSparse(Kernel):
         workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
         wrapper = self._load()(workspace, backend=backend)
         kept = torch.from_numpy(mask.kept_blocks).to(device)
-        heads, tiles = kept.shape[0], kept.shape[1]
-        sizes = torch.full((heads, tiles), mask.block, dtype=torch.int32, device=device)
+        sizes = torch.from_numpy(mask.tile_sizes()).to(device=device, dtype=torch.int32)
         wrapper.plan(kept, sizes, sizes, problem.heads_q, problem.heads_kv, problem.head_dim,
                      causal=False, q_data_type=problem.dtype, kv_data_type=problem.dtype)
         return {"wrapper": wrapper, "workspace": workspace, "backend": backend, "layout_copies": True}

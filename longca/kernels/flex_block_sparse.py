@@ -1,10 +1,11 @@
 """FlexAttention on a per-head block pattern: a ``BlockMask`` made directly from the kept tiles.
 
-The sparse study's masks (``block_sparse_heads``) differ per KV head, so the ``BlockMask`` has one
-row of kept key tiles per query head and tile (each KV head's table repeated for its query group:
-FlexAttention indexes the mask by query head).  Every kept tile is whole, so the tiles go in as
-*full* blocks on a GPU (no ``mask_mod`` is evaluated inside them) and the ``BlockMask``'s tile is the
-pattern's own block.  FlexAttention's default Triton tile on a GPU is 128 queries: for a 64-token
+The sparse study's masks (``block_sparse_heads``, ``variable_block_sparse_heads``) differ per KV
+head, so the ``BlockMask`` has one row of kept key tiles per query head and tile (each KV head's
+table repeated for its query group: FlexAttention indexes the mask by query head).  Every kept tile
+is whole, so the tiles go in as *full* blocks on a GPU (no ``mask_mod`` is evaluated inside them)
+and the ``BlockMask``'s tile is the pattern's own block (variable tiles: their common unit,
+``granularity()``).  FlexAttention's default Triton tile on a GPU is 128 queries: for a 64-token
 block the forward is asked for 64 × 64 tiles (``BLOCK_M``/``BLOCK_N``), which the block must be a
 multiple of; the backward has no such option, and where none of its tile configurations divides
 the block the cell is ``unsupported`` with torch's reason.  The ``BlockMask`` is made and the
@@ -33,7 +34,7 @@ def kept_tile_indices(mask: HeadBlockMask, device: torch.device) -> tuple[torch.
     """``(counts, indices)`` of the kept key tiles per (query head, query tile), as
     ``BlockMask.from_kv_blocks`` takes them: ``(1, heads_q, tiles)`` and ``(1, heads_q, tiles,
     tiles)`` int32, each row's kept tiles first in key order."""
-    table = torch.from_numpy(mask.kept_blocks).repeat_interleave(mask.group, dim=0)
+    table = torch.from_numpy(mask.unit_table(mask.granularity())).repeat_interleave(mask.group, dim=0)
     counts = table.sum(-1, dtype=torch.int32)
     # A stable sort of "not kept" puts the kept tiles first, in key order.
     indices = torch.argsort((~table).to(torch.int8), dim=-1, stable=True).to(torch.int32)
@@ -42,7 +43,7 @@ def kept_tile_indices(mask: HeadBlockMask, device: torch.device) -> tuple[torch.
 
 class FlexBlockSparse(FlexAttention):
     name = "flex_block_sparse"
-    description = "FlexAttention with a BlockMask of each head's kept tiles (block_sparse_heads masks)"
+    description = "FlexAttention with a BlockMask of each head's kept tiles (block_sparse_heads, variable_block_sparse_heads)"
     head_masks = True
     mask_code = ("attention/masks/head_blocks.py",)
 
@@ -55,19 +56,20 @@ class FlexBlockSparse(FlexAttention):
         from torch.nn.attention.flex_attention import BlockMask
 
         mask: HeadBlockMask = problem.mask
+        tile = mask.granularity()
         counts, indices = kept_tile_indices(mask, problem.device)
         if problem.device.type == "cuda":
             block_mask = BlockMask.from_kv_blocks(torch.zeros_like(counts), indices, counts, indices,
-                                                  BLOCK_SIZE=mask.block)
+                                                  BLOCK_SIZE=tile)
         else:
             # torch's CPU template does not compile a BlockMask of full blocks only (C++ error
             # "'kv_indices' was not declared", torch 2.13): on a CPU the kept tiles go in as
             # partial blocks with no mask_mod, the same attention.
-            block_mask = BlockMask.from_kv_blocks(counts, indices, BLOCK_SIZE=mask.block)
+            block_mask = BlockMask.from_kv_blocks(counts, indices, BLOCK_SIZE=tile)
         options = None
-        if problem.device.type == "cuda" and mask.block < DEFAULT_TILE:
-            options = {"BLOCK_M": mask.block, "BLOCK_N": mask.block}
-        return {"block_mask": block_mask, "block_size": mask.block, "tile_density": mask.params["kept_actual"],
+        if problem.device.type == "cuda" and tile < DEFAULT_TILE:
+            options = {"BLOCK_M": tile, "BLOCK_N": tile}
+        return {"block_mask": block_mask, "block_size": tile, "tile_density": mask.params["kept_actual"],
                 "enable_gqa": problem.gqa, "inference_only": problem.device.type == "cpu",
                 "flex_tile_options": options}
 
@@ -102,7 +104,7 @@ class FlexBlockSparse(FlexAttention):
             if refusal is None:
                 raise
             raise Unsupported(f"{self.name}: FlexAttention's backward (torch {torch.__version__}) has no tile "
-                              f"configuration for {problem.mask.block}-token blocks on this GPU: "
+                              f"configuration for {problem.mask.granularity()}-token blocks on this GPU: "
                               f"{_first_lines(refusal, 1)}") from exc
 
     def notes(self, prepared: dict[str, Any]) -> dict[str, Any]:

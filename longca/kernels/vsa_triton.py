@@ -4,7 +4,7 @@ block pattern.
 Video Sparse Attention computes attention over 64-token tiles, each query tile attending the key
 tiles listed for it (``q2k_idx``, ``q2k_num`` per batch, head and query tile).  A
 ``block_sparse_heads`` pattern goes in as those lists at 64-token granularity (a 128-token block is
-its four 64-token tiles, the same attended pairs), each KV head's lists repeated for its query
+its four 64-token tiles, the same attended pairs; so are variable tiles), each KV head's lists repeated for its query
 group.  The kernel takes as many key heads as query heads, so K and V are expanded to the query
 heads inside the timed call (``kv_expanded: true`` in the row's notes, as ``sdpa_efficient``); its
 backward inverts the lists at every call (``k2q``), as the library does.  This is the Triton path
@@ -30,9 +30,7 @@ VSA_TILE = 64  # the kernel's tile: query and key tiles of 64 tokens
 def tile_lists(mask: HeadBlockMask, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """``(q2k_idx, q2k_num)``: per query head and 64-token query tile, the kept 64-token key tiles
     (in key order, padded with 0 past ``q2k_num``), shaped ``(1, heads_q, tiles)`` + ``(tiles,)``."""
-    split = mask.block // VSA_TILE
-    table = torch.from_numpy(mask.kept_blocks).repeat_interleave(split, 1).repeat_interleave(split, 2)
-    table = table.repeat_interleave(mask.group, dim=0)
+    table = torch.from_numpy(mask.unit_table(VSA_TILE)).repeat_interleave(mask.group, dim=0)
     num = table.sum(-1, dtype=torch.int32)
     order = torch.argsort((~table).to(torch.int8), dim=-1, stable=True)[..., :int(num.max())]
     idx = torch.where(torch.arange(order.shape[-1]) < num.unsqueeze(-1), order, torch.zeros_like(order))
@@ -41,7 +39,7 @@ def tile_lists(mask: HeadBlockMask, device: torch.device) -> tuple[torch.Tensor,
 
 class VSATriton(Kernel):
     name = "vsa_triton"
-    description = "VSA's Triton block-sparse kernel (fastvideo-kernel), 64-token tiles (block_sparse_heads masks)"
+    description = "VSA's Triton block-sparse kernel (fastvideo-kernel), 64-token tiles (block_sparse_heads, variable_block_sparse_heads)"
     devices = ("cuda",)
     dtypes = (torch.bfloat16, torch.float16)
     head_masks = True
@@ -71,8 +69,9 @@ class VSATriton(Kernel):
         mask = problem.mask
         if not isinstance(mask, HeadBlockMask):
             return f"{self.name} runs per-head block patterns (block_sparse_heads)"
-        if mask.block % VSA_TILE:
-            return f"{self.name} attends {VSA_TILE}-token tiles; block {mask.block} is not a multiple of {VSA_TILE}"
+        if mask.granularity() % VSA_TILE:
+            return (f"{self.name} attends {VSA_TILE}-token tiles; the pattern's tiles are multiples of "
+                    f"{mask.granularity()} tokens")
         return None
 
     def prepare(self, problem: Problem) -> dict[str, Any]:

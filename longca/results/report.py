@@ -190,8 +190,9 @@ def kernel_answer(e: dict, row_ids: dict[str, str] | None = None) -> dict:
 
 def sparse_answer(e: dict, row_ids: dict[str, str] | None = None) -> dict:
     """A ``sparse.answers`` entry as the sparse table shows it (numbers formatted, rows linked)."""
-    shown = {k: e[k] for k in ("block", "kept", "seqlen", "direction", "dtype", "kernel", "failed")}
-    shown.update(kept_actual=f"{e['kept_actual']:.3f}", seqlen_label=seqlen_label(e["seqlen"]))
+    shown = {k: e[k] for k in ("tiles", "block", "kept", "seqlen", "direction", "dtype", "kernel", "failed")}
+    shown.update(kept_actual=f"{e['kept_actual']:.3f}", seqlen_label=seqlen_label(e["seqlen"]),
+                 block_label=f"{e['block']}" if e["tiles"] == "uniform" else f"{e['block']} ({e['tiles']})")
     if e["kernel"] is None:
         return shown
     shown.update(tflops=fmt_number(e["tflops"]), ms=fmt_number(e["median_ms"], 3),
@@ -500,7 +501,7 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
         "by_seqlen": by_seqlen, "tie_margin": tie_margin, "unsteady_spread": tables.UNSTEADY_SPREAD,
         "kernel_combos": kernel_combos, "best_kernels": tables.answer_grid(best_k, ["mask"], kernel_combos),
         "best_kernel_list": best_k,
-        "sparse": tables.answer_grid(sparse_entries, ["block", "kept", "kept_actual", "seqlen_label"], kernel_combos),
+        "sparse": tables.answer_grid(sparse_entries, ["tiles", "block_label", "kept", "kept_actual", "seqlen_label"], kernel_combos),
         "kernel_many_dtypes": len({t for _, t in kernel_combos}) > 1,
         "cp_many_dtypes": len({t for _, t in cp_combos}) > 1,
         "cp_combos": cp_combos, "best_cp": tables.answer_grid(best_cp, ["mask", "cp_size"], cp_combos),

@@ -1,8 +1,9 @@
 """The sparse study's answer: the fastest block-sparse kernel per block size, kept fraction and
 length, and what sparsity buys there over the fastest dense kernel on the full mask.
 
-Rows of a per-head block pattern (``masks.HEAD_PATTERNS``) are grouped by their block, nominal
-kept fraction, length, direction and dtype; the dense side is the fastest ``ok`` row of the
+Rows of a per-head block pattern (``masks.HEAD_PATTERNS``) are grouped by their tiles (uniform,
+or variable sizes around a mean), block (the mean for variable tiles), nominal kept fraction,
+length, direction and dtype; the dense side is the fastest ``ok`` row of the
 ``full`` mask at the same length, direction and dtype in the same table (measured in the same run,
 so the ratio is side by side).  The speed-up is a time ratio, dense ÷ sparse: above 1 the sparse
 kernel finishes sooner than dense attention on the whole square.
@@ -14,19 +15,22 @@ import json
 
 import pandas as pd
 
-from ..attention.masks import HEAD_PATTERNS
+from ..attention.masks import BLOCK_SPARSE_HEADS, HEAD_PATTERNS, VARIABLE_BLOCK_SPARSE_HEADS
 from . import tables
 
 DENSE_PATTERN = "full"
-GROUP = ["block", "kept", "seqlen", "direction", "dtype"]
+TILES = {BLOCK_SPARSE_HEADS: "uniform", VARIABLE_BLOCK_SPARSE_HEADS: "variable"}
+GROUP = ["tiles", "block", "kept", "seqlen", "direction", "dtype"]
 
 
 def sparse_rows(kernels: pd.DataFrame) -> pd.DataFrame:
-    """The rows of per-head block patterns, with ``block``, ``kept`` (nominal) and ``kept_actual``
-    (what each query tile keeps, exactly) from the mask's resolved parameters."""
+    """The rows of per-head block patterns, with ``tiles`` (``TILES``), ``block``, ``kept``
+    (nominal) and ``kept_actual`` (the attended fraction, exactly) from the mask's resolved
+    parameters."""
     if kernels.empty or "pattern" not in kernels:
-        return kernels.iloc[0:0].assign(block=[], kept=[], kept_actual=[])
+        return kernels.iloc[0:0].assign(tiles=[], block=[], kept=[], kept_actual=[])
     rows = kernels[kernels["pattern"].isin(HEAD_PATTERNS)].copy()
+    rows["tiles"] = rows["pattern"].map(TILES)
     params = [json.loads(p) if isinstance(p, str) and p else {} for p in rows.get("mask_params_resolved", [])]
     rows["block"] = [p.get("block") for p in params]
     rows["kept"] = [p.get("kept") for p in params]
@@ -41,7 +45,7 @@ def _fastest_dense(kernels: pd.DataFrame) -> dict[tuple, pd.Series]:
 
 
 def answers(kernels: pd.DataFrame, tie_margin: float = 0.0) -> list[dict]:
-    """One entry per (block, kept, seqlen, direction, dtype) of the per-head block patterns: the
+    """One entry per (tiles, block, kept, seqlen, direction, dtype) of the per-head block patterns: the
     fastest ``ok`` sparse kernel (``kernel``, ``tflops``, ``median_ms``, ``cell_id``; ``None``
     when none has a number), ``failed`` (the sparse kernels without a number there, with their
     status marker), the runner-up and contest as in
@@ -55,10 +59,10 @@ def answers(kernels: pd.DataFrame, tie_margin: float = 0.0) -> list[dict]:
     # every head, which is no news in each group.
     sparse_kernels = set(tables.ok_rows(rows)["kernel"])
     out = []
-    for (block, kept, seqlen, direction, dtype), g in rows.groupby(GROUP, sort=True):
+    for (tiles, block, kept, seqlen, direction, dtype), g in rows.groupby(GROUP, sort=True):
         ok = tables.ok_rows(g).sort_values(["tflops", "kernel"], ascending=[False, True])
         failed = g[(g["status"] != "ok") & g["kernel"].isin(sparse_kernels)]
-        e = {"block": int(block), "kept": float(kept), "kept_actual": float(g["kept_actual"].iloc[0]),
+        e = {"tiles": tiles, "block": int(block), "kept": float(kept), "kept_actual": float(g["kept_actual"].iloc[0]),
              "seqlen": int(seqlen), "direction": direction, "dtype": dtype, "kernel": None,
              "failed": ", ".join(f"{k} {tables.status_marker(s)}" for k, s in zip(failed["kernel"], failed["status"])),
              "runner_up": None, "dense_kernel": None, "speedup": None}

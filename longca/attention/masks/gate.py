@@ -14,7 +14,9 @@ boundaries would then pass.  So the gate's mask keeps the full-size mask's shape
   uses ``MIN_DOCUMENTS`` documents of uneven lengths whose boundaries fall inside kernel tiles;
 * ``full`` and ``causal`` have nothing to keep; ``custom``, ``block_sparse`` and
   ``block_sparse_heads`` already keep their shape at a multiple of their base length or block
-  (``gate_seqlen``; config holds a ``block_sparse_heads`` gate length to a multiple of its block).
+  (``gate_seqlen``; config holds a ``block_sparse_heads`` gate length to a multiple of its block);
+  ``variable_block_sparse_heads`` keeps its unit and kept fraction, with mean tiles that still
+  vary at the gate's length (``variable_gate_params``).
 
 ``gate_params`` returns the parameters to build the pattern with at the gate length;
 ``tests/test_gate_masks.py`` holds every pattern to "never full or causal unless it is one".
@@ -26,7 +28,7 @@ from typing import Any, Callable
 
 from .block_sparse import BLOCK_SPARSE
 from .custom import CUSTOM
-from .head_blocks import BLOCK_SPARSE_HEADS
+from .head_blocks import BLOCK_SPARSE_HEADS, VARIABLE_BLOCK_SPARSE_HEADS, variable_gate_params
 from .patterns import DOCUMENT_PATTERNS
 from .slices import AttnMask
 
@@ -100,9 +102,17 @@ KEPT_AT_GATE: dict[str, tuple[str, ...]] = {
 }
 
 
+# Patterns with a rule of their own: (the cell's mask, the gate's length) → parameters.
+REBUILT_AT_GATE: dict[str, Callable[[Any, int], dict[str, Any]]] = {
+    VARIABLE_BLOCK_SPARSE_HEADS: variable_gate_params,
+}
+
+
 def gate_params(pattern: str, mask: AttnMask, n: int) -> dict[str, Any]:
     """The parameters to build ``pattern`` with at ``n`` tokens so that it keeps the shape of
     ``mask`` (the cell's full-size mask, its resolved parameters in ``mask.params``)."""
+    if pattern in REBUILT_AT_GATE:
+        return REBUILT_AT_GATE[pattern](mask, n)
     if pattern in KEPT_AT_GATE:
         return {k: mask.params[k] for k in KEPT_AT_GATE[pattern] if k in mask.params}
     ratio = n / mask.seqlen_q

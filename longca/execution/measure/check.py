@@ -29,12 +29,13 @@ CHECK_PARAMS: dict[str, dict] = {
     "varlen_block_causal": {"block": 32},
     "block_sparse": {"block": 64, "density": 0.3},
     "block_sparse_heads": {"block": 32, "kept": 0.3},
+    "variable_block_sparse_heads": {"block": 64, "unit": 16, "kept": 0.3},
 }
 _SHORT_DOCS = {"edges": [16, 64, 200], "weights": [1.0, 1.0]}
 
 
 def check_masks() -> list[str]:
-    return list(masks.PATTERNS) + [masks.BLOCK_SPARSE, masks.BLOCK_SPARSE_HEADS]
+    return list(masks.PATTERNS) + [masks.BLOCK_SPARSE, *masks.HEAD_PATTERNS]
 
 
 def _params(pattern: str, heads_q: int, heads_kv: int) -> dict:

@@ -1,12 +1,13 @@
 """Run under torchrun by tests/test_cp_distributed.py: the CP correctness gate for every strategy ×
 mask × dtype × direction in one process group, one JSON line per case on rank 0.
 
-    cp_gate_script.py OUT SEQLEN [STRATEGIES] [MASKS] [--layouts] [--pieces]
+    cp_gate_script.py OUT SEQLEN [STRATEGIES] [MASKS] [--layouts] [--pieces] [--heads=Q,KV] [--options=JSON]
 
 ``--layouts`` runs `usp` at every Ulysses degree and `double_ring` at every window that divides the
 world size (each rank grid the 2-D strategies can take), instead of their default layout.
 ``--pieces`` makes the local kernel run each block as pieces (``local_calls: pieces``) instead of
-one call per block."""
+one call per block.  ``--heads`` sets the query and KV heads (default 8, 2); ``--options`` adds
+strategy options (a JSON object) to every case."""
 
 import json
 import sys
@@ -42,9 +43,12 @@ def layouts(strategy: str, world: int, all_layouts: bool) -> list[dict]:
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if a not in ("--layouts", "--pieces")]
+    flags = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
     all_layouts = "--layouts" in sys.argv
     calls = {"local_calls": "pieces"} if "--pieces" in sys.argv else {}
+    heads_q, heads_kv = (int(h) for h in flags.get("heads", "8,2").split(","))
+    extra = json.loads(flags.get("options", "{}"))
     out_path, seqlen = args[0], int(args[1])
     strategies = args[2].split(",") if len(args) > 2 else cp.names()
     masks = {m: MASKS[m] for m in args[3].split(",")} if len(args) > 3 else MASKS
@@ -58,9 +62,10 @@ def main() -> None:
             for dtype in ("float32", "bfloat16"):
                 for direction in ("fwd", "bwd"):
                     spec = CPSpec(strategy=strategy, mask=mask, seqlen=seqlen, cp_size=world, direction=direction,
-                                  dtype=dtype, heads_q=8, heads_kv=2,
+                                  dtype=dtype, heads_q=heads_q, heads_kv=heads_kv,
                                   head_dim=16, mask_params=params, seed=3,
-                                  strategy_options={**options, **(calls if strategy in LOCAL_CALLS else {})})
+                                  strategy_options={**options, **extra,
+                                                    **(calls if strategy in LOCAL_CALLS else {})})
                     problem = spec.problem(torch.device("cpu"))
                     try:
                         ok, err, tol, detail = correctness_gate(spec, problem)

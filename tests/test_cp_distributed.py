@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from longca import cp
+from longca.cp.base import Unsupported
+from longca.cp.ulysses import head_chunks
 
 HERE = Path(__file__).resolve().parent
 OURS = ["allgather", "double_ring", "groupcast", "ring", "ulysses", "usp"]
@@ -40,6 +42,40 @@ def test_every_strategy_matches_the_reference(tmp_path, world, seqlen, calls):
     # Strategies that cannot run here say why instead of failing.
     others = [r for r in rows if r["strategy"] not in OURS]
     assert others and all(r["status"] == "unsupported" and r["reason"] for r in others)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world, heads, options, chunks", [(2, "8,4", "{}", 2), (2, "8,8", '{"head_chunks": 4}', 4),
+                                                          (4, "16,8", "{}", 2)])
+def test_ulysses_in_head_chunks_matches_the_reference(tmp_path, world, heads, options, chunks):
+    """Each rank attends its heads in chunks whose all-to-alls overlap the attention (by default one
+    chunk per KV head a rank attends); every mask, dtype and direction still matches the reference."""
+    out = tmp_path / "gate.jsonl"
+    proc = _torchrun(world, str(HERE / "cp_gate_script.py"), str(out), "256", "ulysses",
+                     f"--heads={heads}", f"--options={options}")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 24 and all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"][:3]
+    assert max(r["error"] for r in rows if r["dtype"] == "float32") < 1e-5
+    kv_local = int(heads.split(",")[1]) // world
+    assert head_chunks(json.loads(options).get("head_chunks", 0), kv_local, world) == chunks
+
+
+def test_ulysses_chunks_are_one_per_kv_head_a_rank_attends_and_never_split_one():
+    assert head_chunks(0, 2, 4) == 2 and head_chunks(0, 4, 1) == 1 and head_chunks(1, 2, 4) == 1
+    for bad in (3, -1, True, "two"):
+        with pytest.raises(Unsupported, match=f"head_chunks {bad!r}: a rank attends 2 KV heads"):
+            head_chunks(bad, 2, 4)
+
+
+@pytest.mark.slow
+def test_ulysses_head_chunks_that_split_a_kv_head_are_unsupported_naming_the_option(tmp_path):
+    out = tmp_path / "gate.jsonl"
+    proc = _torchrun(2, str(HERE / "cp_gate_script.py"), str(out), "256", "ulysses", "causal",
+                     "--heads=8,4", '--options={"head_chunks": 3}')
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows and all(r["status"] == "unsupported" and "head_chunks 3" in r["reason"] for r in rows)
 
 
 @pytest.mark.slow

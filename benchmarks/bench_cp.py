@@ -9,7 +9,10 @@ Each CP cell goes through ``longca.execution.measure.cp_cell.run_cell`` (the wor
 against the float64 reference, then the slowest rank's median over warmed-up iterations).  The
 single-GPU baseline is rank 0's share of the work (its query shard against every key it needs,
 the same pieces through the same kernel) with no communication at all, timed by the same harness,
-so ``efficiency = strategy TFLOPs/s per GPU / baseline TFLOPs/s``.
+so ``efficiency = strategy TFLOPs/s per GPU / baseline TFLOPs/s`` (``--no-baseline`` skips it).
+``--variants`` runs each strategy once per set of options (a JSON list of objects, merged over
+``local_kernel``), side by side in one process group: e.g. ``'[{"head_chunks": 1}, {"head_chunks": 2,
+"comm_sm_margin": 16}]'``.
 """
 
 from __future__ import annotations
@@ -77,7 +80,10 @@ def main() -> None:
     ap.add_argument("--gate-seqlen", type=int, default=1024)
     ap.add_argument("--budget-s", type=float, default=480, help="skip what is left after this long")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--variants", default="[{}]", help="a JSON list of option sets, each run per strategy")
+    ap.add_argument("--no-baseline", action="store_true", help="time no one-GPU share")
     args = ap.parse_args()
+    variants = json.loads(args.variants)
     dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", rank % max(torch.cuda.device_count(), 1)) if args.device == "cuda" else torch.device("cpu")
@@ -95,19 +101,19 @@ def main() -> None:
                                        warmup=args.warmup, reps=args.reps, gate_seqlen=args.gate_seqlen,
                                        device=args.device)
                     base = None
-                    if rank == 0:
+                    if rank == 0 and not args.no_baseline:
                         try:
                             base = baseline(base_spec, local_kernel, device)
                         except Exception as exc:  # noqa: BLE001
                             base = {"error": f"{type(exc).__name__}: {exc}"}
                     dist.barrier()
-                    for strategy in args.strategies.split(","):
+                    for strategy, variant in [(s, v) for s in args.strategies.split(",") for v in variants]:
                         over = time.time() - started > args.budget_s
                         flag = [over]
                         dist.broadcast_object_list(flag, src=0)
                         if flag[0]:
                             continue
-                        options = {"local_kernel": local_kernel}
+                        options = {"local_kernel": local_kernel, **variant}
                         spec = CPSpec(**{**base_spec.__dict__, "strategy": strategy, "strategy_options": options})
                         row = run_cell(spec)
                         if rank == 0:
@@ -116,15 +122,16 @@ def main() -> None:
                                 "status", "reason", "tflops_per_gpu", "tflops_per_gpu_p20", "tflops_per_gpu_p80",
                                 "median_ms", "rank_median_ms", "comm_bytes", "peak_mem_bytes", "rank_area",
                                 "gate_error", "layout", "notes", "device_name", "torch_version", "nccl_version")}
-                            keep.update(local_kernel=local_kernel, baseline=base)
+                            keep.update(local_kernel=local_kernel, options=variant, baseline=base)
                             if base and "tflops" in base and row["status"] == "ok":
                                 keep["efficiency"] = row["tflops_per_gpu"] / base["tflops"]
                             rows.append(keep)
                             with open(args.out, "a") as f:
                                 f.write(json.dumps(keep, default=str) + "\n")
-                            print(f"{strategy:12s} {mask:14s} {tokens // 1024:3d}K {direction} {local_kernel:11s} "
+                            print(f"{strategy:12s} {json.dumps(variant):40s} {mask:14s} {tokens // 1024:3d}K {direction} "
+                                  f"{local_kernel:11s} "
                                   f"{row['status']:11s} "
-                                  + (f"{row['tflops_per_gpu']:7.1f} TF/GPU  base {base.get('tflops', float('nan')):7.1f}"
+                                  + (f"{row['tflops_per_gpu']:7.1f} TF/GPU  base {(base or {}).get('tflops', float('nan')):7.1f}"
                                      f"  eff {keep.get('efficiency', float('nan')):.3f}" if row["status"] == "ok"
                                      else str(row["reason"])[:150]), flush=True)
     dist.destroy_process_group()

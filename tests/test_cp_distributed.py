@@ -46,7 +46,7 @@ def test_every_strategy_matches_the_reference(tmp_path, world, seqlen, calls):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("world, heads, options, chunks", [(2, "8,4", "{}", 2), (2, "8,8", '{"head_chunks": 4}', 4),
-                                                          (4, "16,8", "{}", 2)])
+                                                          (4, "16,8", "{}", 2), (2, "8,4", '{"head_chunks": 4}', 4)])
 def test_ulysses_in_head_chunks_matches_the_reference(tmp_path, world, heads, options, chunks):
     """Each rank attends its heads in chunks whose all-to-alls overlap the attention (by default one
     chunk per KV head a rank attends); every mask, dtype and direction still matches the reference."""
@@ -57,15 +57,16 @@ def test_ulysses_in_head_chunks_matches_the_reference(tmp_path, world, heads, op
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 24 and all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"][:3]
     assert max(r["error"] for r in rows if r["dtype"] == "float32") < 1e-5
-    kv_local = int(heads.split(",")[1]) // world
-    assert head_chunks(json.loads(options).get("head_chunks", 0), kv_local, world) == chunks
+    heads_q, heads_kv = (int(h) // world for h in heads.split(","))
+    assert head_chunks(json.loads(options).get("head_chunks", 0), heads_q, heads_kv, world)[0] == chunks
 
 
-def test_ulysses_chunks_are_one_per_kv_head_a_rank_attends_and_never_split_one():
-    assert head_chunks(0, 2, 4) == 2 and head_chunks(0, 4, 1) == 1 and head_chunks(1, 2, 4) == 1
-    for bad in (3, -1, True, "two"):
-        with pytest.raises(Unsupported, match=f"head_chunks {bad!r}: a rank attends 2 KV heads"):
-            head_chunks(bad, 2, 4)
+def test_ulysses_chunks_hold_whole_kv_heads_or_whole_groups_of_their_query_heads():
+    assert head_chunks(0, 16, 2, 4) == (2, 2) and head_chunks(0, 64, 8, 1) == (1, 1)
+    assert head_chunks(1, 16, 2, 4) == (1, 1) and head_chunks(8, 16, 2, 4) == (8, 2)
+    for bad in (3, 32, -1, True, "two"):
+        with pytest.raises(Unsupported, match=f"head_chunks {bad!r}: a rank attends 16 query heads reading 2 KV"):
+            head_chunks(bad, 16, 2, 4)
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ import torch.distributed as dist
 from . import a2a, register
 from .base import Unsupported
 from .comm import Comm
+from .local import BlockAttention
 from .sequence_parallel import SequenceParallel
 
 
@@ -59,15 +60,19 @@ def _place(into: torch.Tensor, got: torch.Tensor, chunks: int, c: int) -> None:
     into.view(b, s, u, chunks, h // (u * chunks), d)[:, :, :, c] = got.permute(1, 2, 0, 3, 4)
 
 
-def head_chunks(option, kv_local: int, u: int) -> int:
-    """How many chunks a rank's heads go in: ``option`` (a count, or 0: one per KV head the rank
-    attends, when there is an all-to-all to hide) for a rank that attends ``kv_local`` KV heads
-    among ``u`` Ulysses ranks."""
+def head_chunks(option, heads_local: int, kv_local: int, u: int) -> tuple[int, int]:
+    """How many chunks a rank's query heads and its KV heads go in, ``(chunks, kv_chunks)``, for a
+    rank that attends ``heads_local`` query and ``kv_local`` KV heads among ``u`` Ulysses ranks:
+    ``option`` chunks (0: one per KV head, when there is an all-to-all to hide), each a whole group of
+    query heads with the KV heads they read; more chunks than KV heads split a KV head's query heads,
+    and that KV head travels once, with the first of them."""
     chunks = (kv_local if u > 1 else 1) if option == 0 and not isinstance(option, bool) else option
-    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1 or kv_local % chunks:
-        raise Unsupported(f"head_chunks {option!r}: a rank attends {kv_local} KV heads, and each chunk needs "
-                          "whole KV heads (a divisor of them, or auto)")
-    return chunks
+    ok = isinstance(chunks, int) and not isinstance(chunks, bool) and chunks >= 1 and heads_local % chunks == 0
+    if not ok or (kv_local % chunks and chunks % kv_local):
+        raise Unsupported(f"head_chunks {option!r}: a rank attends {heads_local} query heads reading {kv_local} KV "
+                          "heads; a chunk holds whole query heads and whole KV heads or whole groups of their "
+                          "query heads (0: one chunk per KV head)")
+    return chunks, min(chunks, kv_local)
 
 
 @register
@@ -84,52 +89,80 @@ class Ulysses(SequenceParallel):
 
     def plan(self, mask, heads_q, heads_kv, head_dim, device, dtype) -> None:
         super().plan(mask, heads_q, heads_kv, head_dim, device, dtype)
-        self.chunks = head_chunks(self.opts["head_chunks"], heads_kv * self.rep // self.u, self.u)
+        kv_local = heads_kv * self.rep // self.u
+        self.chunks, self.kv_chunks = head_chunks(self.opts["head_chunks"], heads_q // self.u, kv_local, self.u)
         self.heads_kv_sent = heads_kv * self.rep
         self.notes["head_chunks"] = self.chunks
+        # A chunk's query heads per KV head differ from the rank's when a KV head's group is split;
+        # the block's pieces do not depend on heads, so they are shared.
+        self.chunk_block = BlockAttention(self.opts["local_kernel"], device, heads_q // self.u // self.chunks,
+                                          kv_local // self.kv_chunks, head_dim, calls=self.opts["local_calls"],
+                                          comm_sm_margin=self.opts["comm_sm_margin"])
 
     def _forward(self, q, k, v):
         if self.chunks == 1:
             return super()._forward(q, k, v)
-        comm, n = self.ulysses, self.chunks
+        comm, n, nkv, block = self.ulysses, self.chunks, self.kv_chunks, self.chunk_block
+        per_kv = n // nkv  # query chunks per KV chunk
         k, v = a2a.expand_kv(k, self.rep), a2a.expand_kv(v, self.rep)
-        arriving = [[_send_heads(comm, x, n, c) for x in (q, k, v)] for c in range(n)]
+        kv_arriving, q_arriving = [], []
+        for c in range(n):  # posted in the order they are used
+            if c % per_kv == 0:
+                kv_arriving.append([_send_heads(comm, x, nkv, c // per_kv) for x in (k, v)])
+            q_arriving.append(_send_heads(comm, q, n, c))
         out = torch.empty_like(q)
-        leaving, saved = [], []
+        leaving, kv_saved, q_saved = [], [], []
         for c in range(n):
-            for _, work in arriving[c]:
-                work.wait()
-            qh, kh, vh = (_as_head_shard(got) for got, _ in arriving[c])
-            acc = self.block.new_accumulators(qh)
-            self.block.forward(qh, kh, vh, self.pieces[0], acc, overlapped=True)
-            out_c, lse_c = self.block.finish(acc, q.dtype)
+            if c % per_kv == 0:
+                for _, work in kv_arriving[c // per_kv]:
+                    work.wait()
+                kh, vh = (_as_head_shard(got) for got, _ in kv_arriving[c // per_kv])
+                kv_saved += [kh, vh]
+            got, work = q_arriving[c]
+            work.wait()
+            qh = _as_head_shard(got)
+            acc = block.new_accumulators(qh)
+            block.forward(qh, kh, vh, self.pieces[0], acc, overlapped=True)
+            out_c, lse_c = block.finish(acc, q.dtype)
             leaving.append(_send_tokens(comm, out_c))
-            saved += [qh, kh, vh, out_c, lse_c]
+            q_saved += [qh, out_c, lse_c]
         for c, (got, work) in enumerate(leaving):
             work.wait()
             _place(out, got, n, c)
-        return out, tuple(saved)  # five tensors per chunk, flat: autograd saves tensors
+        return out, tuple(kv_saved + q_saved)  # flat: autograd saves tensors
 
     def _backward(self, dout, saved):
         if self.chunks == 1:
             return super()._backward(dout, saved)
-        comm, n = self.ulysses, self.chunks
+        comm, n, nkv, block = self.ulysses, self.chunks, self.kv_chunks, self.chunk_block
+        per_kv = n // nkv
+        kv_saved, q_saved = saved[:2 * nkv], saved[2 * nkv:]
         arriving = [_send_heads(comm, dout, n, c) for c in range(n)]
-        leaving = []
+        dq_leaving, kv_leaving = [], []
         for c in range(n):
-            qh, kh, vh, out_c, lse_c = saved[5 * c:5 * c + 5]
+            kh, vh = kv_saved[2 * (c // per_kv):2 * (c // per_kv) + 2]
+            qh, out_c, lse_c = q_saved[3 * c:3 * c + 3]
             got, work = arriving[c]
             work.wait()
-            dq_acc = self.block.new_dq(qh)
-            dk, dv = self._attend_backward(_as_head_shard(got), qh, kh, vh, out_c, self.block.backward_lse(lse_c),
-                                           dq_acc)
-            leaving.append([_send_tokens(comm, g) for g in
-                            (self.block.dq_result(dq_acc, qh.dtype), dk.to(kh.dtype), dv.to(vh.dtype))])
+            dq_acc = block.new_dq(qh)
+            share = block.backward(_as_head_shard(got), qh, kh, vh, out_c, block.backward_lse(lse_c),
+                                   self.pieces[0], dq_acc, overlapped=True)
+            if share is None:
+                z = torch.zeros(kh.shape, dtype=torch.float32, device=kh.device)
+                share = (z, torch.zeros_like(z))
+            dq_leaving.append(_send_tokens(comm, block.dq_result(dq_acc, qh.dtype)))
+            # A KV chunk's gradient is the sum over its query chunks; it leaves after the last one.
+            dkv = share if c % per_kv == 0 else tuple(a + b for a, b in zip(dkv, share))
+            if c % per_kv == per_kv - 1:
+                kv_leaving.append([_send_tokens(comm, g.to(kh.dtype)) for g in dkv])
         b, s, hq, d = dout.shape
         dq = torch.empty_like(dout)
         dk, dv = (dout.new_empty((b, s, self.heads_kv_sent, d)) for _ in range(2))
-        for c, sent in enumerate(leaving):
-            for into, (got, work) in zip((dq, dk, dv), sent):
+        for c, (got, work) in enumerate(dq_leaving):
+            work.wait()
+            _place(dq, got, n, c)
+        for j, sent in enumerate(kv_leaving):
+            for into, (got, work) in zip((dk, dv), sent):
                 work.wait()
-                _place(into, got, n, c)
+                _place(into, got, nkv, j)
         return dq, a2a.fold_kv(dk, self.rep), a2a.fold_kv(dv, self.rep)

@@ -45,11 +45,13 @@ def test_every_strategy_matches_the_reference(tmp_path, world, seqlen, calls):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world, heads, options, chunks", [(2, "8,4", "{}", 2), (2, "8,8", '{"head_chunks": 4}', 4),
-                                                          (4, "16,8", "{}", 2), (2, "8,4", '{"head_chunks": 4}', 4)])
+@pytest.mark.parametrize("world, heads, options, chunks", [(2, "8,4", '{"head_chunks": 0}', 2),
+                                                          (2, "8,8", '{"head_chunks": 4}', 4),
+                                                          (4, "16,8", '{"head_chunks": 0}', 2),
+                                                          (2, "8,4", '{"head_chunks": 4}', 4)])
 def test_ulysses_in_head_chunks_matches_the_reference(tmp_path, world, heads, options, chunks):
-    """Each rank attends its heads in chunks whose all-to-alls overlap the attention (by default one
-    chunk per KV head a rank attends); every mask, dtype and direction still matches the reference."""
+    """Each rank attends its heads in chunks whose all-to-alls overlap the attention (0: one chunk per
+    KV head a rank attends); every mask, dtype and direction still matches the reference."""
     out = tmp_path / "gate.jsonl"
     proc = _torchrun(world, str(HERE / "cp_gate_script.py"), str(out), "256", "ulysses",
                      f"--heads={heads}", f"--options={options}")
@@ -58,7 +60,7 @@ def test_ulysses_in_head_chunks_matches_the_reference(tmp_path, world, heads, op
     assert len(rows) == 24 and all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"][:3]
     assert max(r["error"] for r in rows if r["dtype"] == "float32") < 1e-5
     heads_q, heads_kv = (int(h) // world for h in heads.split(","))
-    assert head_chunks(json.loads(options).get("head_chunks", 0), heads_q, heads_kv, world)[0] == chunks
+    assert head_chunks(json.loads(options)["head_chunks"], heads_q, heads_kv, world)[0] == chunks
 
 
 def test_ulysses_chunks_hold_whole_kv_heads_or_whole_groups_of_their_query_heads():

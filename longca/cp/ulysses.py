@@ -1,11 +1,11 @@
 """``ulysses``: DeepSpeed-Ulysses; an all-to-all turns sequence shards into head shards, each rank
 attends the whole sequence for its heads, and a second all-to-all turns them back.
 
-The heads a rank attends go through in ``head_chunks`` chunks, each a whole group of query heads
-with the KV heads they read: every chunk's all-to-all is posted at once, the chunk that has arrived
-is computed while the next one travels, and its output goes back while the next one is computed.
-So the transfers hide behind the attention instead of adding to it (one chunk: the plain
-all-to-all, compute, all-to-all).
+Option ``head_chunks`` sends a rank's heads in chunks, each a whole group of query heads with the KV
+heads they read (or a part of one KV head's group): every chunk's all-to-all is posted at once, the
+chunk that has arrived is computed while the next one travels, and its output goes back while the
+next one is computed.  The default is one chunk, the plain all-to-all, compute, all-to-all: side by
+side on 4 × H200, chunks made the forward slower, not faster (docs/data/cp_ulysses_chunks_4xh200_2026-11-28).
 """
 
 from __future__ import annotations
@@ -78,11 +78,11 @@ def head_chunks(option, heads_local: int, kv_local: int, u: int) -> tuple[int, i
 @register
 class Ulysses(SequenceParallel):
     name = "ulysses"
-    description = ("all-to-all from sequence- to head-sharded and back (KV heads replicated if too few), "
-                   "in head chunks whose transfers overlap the attention")
+    description = ("all-to-all from sequence- to head-sharded and back (KV heads replicated if too few; "
+                   "head_chunks: in chunks whose transfers overlap the attention)")
     # Every rank sees every token after the all-to-all, so no load balancing is needed.
-    # head_chunks: 0 is one chunk per KV head a rank attends.
-    options = {**SequenceParallel.options, "layout": "contiguous", "head_chunks": 0}
+    # head_chunks: 1 is the plain all-to-all; 0 one chunk per KV head a rank attends.
+    options = {**SequenceParallel.options, "layout": "contiguous", "head_chunks": 1}
 
     def degrees(self, heads_q, heads_kv):
         return self.world, 1

@@ -135,8 +135,10 @@ def _masks(args: argparse.Namespace) -> int:
 
     from .attention import masks
 
-    print(f"{'pattern':22s} parameters (default; auto: resolved from seqlen, seed and documents, see docs/masks.md)")
-    for name, builder in {**masks.PATTERNS, **masks.EXTRA_PATTERNS}.items():
+    builders = {**masks.PATTERNS, **masks.EXTRA_PATTERNS}
+    width = max(map(len, builders)) + 1
+    print(f"{'pattern':{width}s} parameters (default; auto: resolved from seqlen, seed and documents, see docs/masks.md)")
+    for name, builder in builders.items():
         params = []
         for p in inspect.signature(builder).parameters.values():
             if p.name in ("seqlen", "seed") or p.kind is p.VAR_KEYWORD:
@@ -145,7 +147,7 @@ def _masks(args: argparse.Namespace) -> int:
             params.append(f"{p.name} (required)" if default in ((), []) else
                           f"{p.name}=auto" if default is None else f"{p.name}={default!r}")
         doc = " ".join((builder.__doc__ or "").split("\n\n")[0].split()).replace("``", "")  # its first paragraph
-        print(f"{name:22s} {', '.join(params) or '-'}\n{'':22s} {doc}")
+        print(f"{name:{width}s} {', '.join(params) or '-'}\n{'':{width}s} {doc}")
     return 0
 
 

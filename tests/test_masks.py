@@ -367,7 +367,7 @@ def test_masks_cli_lists_every_pattern_with_its_parameters_and_defaults():
     out = subprocess.run([sys.executable, "-m", "longca", "masks"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     rows = {line.split()[0]: line for line in out.stdout.splitlines()[1:] if line and not line[0].isspace()}
-    assert list(rows) == [*PATTERNS, "custom", "block_sparse", "block_sparse_heads"]
+    assert list(rows) == [*PATTERNS, "custom", "block_sparse", "block_sparse_heads", "variable_block_sparse_heads"]
     for name in PATTERNS:
         assert all(p in rows[name] for p in pattern_params(name)), rows[name]
     assert rows["full"].split()[1:] == ["-"] and not any("seed" in row for row in rows.values())
@@ -378,4 +378,6 @@ def test_masks_cli_lists_every_pattern_with_its_parameters_and_defaults():
     assert rows["custom"].endswith(" slices (required), base_seqlen=auto")
     assert rows["block_sparse"].endswith(f" block={SPARSE_BLOCK}, density=0.25, causal=False")
     assert rows["block_sparse_heads"].endswith(f" kept=0.2, block={SPARSE_BLOCK}, heads=1, group=1")
+    assert rows["variable_block_sparse_heads"].split()[1:] == ["kept=0.2,", "block=512,", "unit=128,", "heads=1,",
+                                                               "group=1"]
     assert "Packed documents, causal within each." in out.stdout  # each pattern's description

@@ -93,8 +93,10 @@ def _without_images_and_stamp(html: str) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("run", "cells", "cp_cells"), [("h100_2026-11-23", 3360, 288), ("h200_2026-11-23", 3360, 0),
-                                                      ("sparse_h100_2026-11-27", 463, 0),
-                                                      ("sparse_h200_2026-11-27", 484, 0)])
+                                                      ("sparse_h100_2026-11-27", 470, 0),
+                                                      ("sparse_h200_2026-11-27", 484, 0),
+                                                      ("sparse_variable_2026-11-28/h100", 200, 0),
+                                                      ("sparse_variable_2026-11-28/h200", 200, 0)])
 def test_a_fresh_clone_renders_the_published_report_from_the_committed_parquet(tmp_path, run, cells, cp_cells):
     """A published run: the committed kernels.parquet (and cp.parquet beside it) alone gives back
     its report (every table, number and winner; the figures' pixels and the generation time aside)."""

@@ -43,9 +43,9 @@ rule all:
 
 
 # Once the jobs are planned (real runs only): the cell jobs report how the measurements go in one
-# line every 30 s (longca/execution/progress.py).
+# line every 30 s (longca/execution/processes/progress.py).
 onstart:
-    from longca.execution import progress
+    from longca.execution.processes import progress
 
     progress.start(planned_cell_jobs())
 
@@ -60,7 +60,7 @@ onerror:
 
 
 onsuccess:
-    from longca.execution import kept_rows
+    from longca.execution.cache import kept_rows
     from longca.results import closing, lost_cells
 
     lost_cells.clear()  # every cell has its own row now: the stand-ins of an earlier failed run go

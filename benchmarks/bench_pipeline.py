@@ -71,7 +71,7 @@ from benchmarks.workflow_config import REPO, merged, resolved
 
 from longca import config as longca_config
 from longca.cells import cell_name
-from longca.execution import store
+from longca.execution.cache import store
 
 BARE_WARMUP_MS, BARE_REP_MS = 25, 100  # triton.testing.do_bench's defaults
 FIDELITY = 0.03
@@ -146,7 +146,7 @@ def run_workflow(args, overrides_path: Path, cells, timeout_s: float,
     # live through the bare chunks (one run); compile caches of their own (see compile_caches)
     env.update(lane_env or {})
     # Each pass measures anew: a store of its own (the run's store would hand back the first
-    # pass's timings, longca.execution.store); every pass's parts are kept under work/stores/.
+    # pass's timings, longca.execution.cache.store); every pass's parts are kept under work/stores/.
     env[store.STORE_ENV] = str((args.work / "stores" / f"pass_{time.time_ns()}").resolve())
     started = time.perf_counter()
     with open(args.work / "snakemake.log", "a") as log:

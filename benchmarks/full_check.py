@@ -24,8 +24,8 @@ from typing import Callable
 from benchmarks.workflow_config import REPO, resolved
 
 from longca import config as longca_config
-from longca.execution import fingerprint
-from longca.execution.atomic import write_json_atomic
+from longca.execution.cache import fingerprint
+from longca.execution.cache.atomic import write_json_atomic
 
 CHECK_CODE = ("attention/chunked_reference.py", "execution/measure/full_check.py", "execution/measure/gate.py")
 

@@ -21,8 +21,8 @@ reason, counted):
   current setting itself, or when the run's setting (``timing.reps`` of ``--measured-with``, the
   config files the archived run used) is the current one.
 
-Then each part of the row is put in the run's store (``results/store``, ``longca.execution.store``)
-when the code it depends on now was all there at COMMIT, unit by unit (``longca.execution.fingerprint``:
+Then each part of the row is put in the run's store (``results/store``, ``longca.execution.cache.store``)
+when the code it depends on now was all there at COMMIT, unit by unit (``longca.execution.cache.fingerprint``:
 each top-level statement and method by its code lines, wherever it lives): a moved, renamed,
 commented or split module keeps its parts, and a part whose code has a statement COMMIT did not
 have is measured again.  A row whose parts are all restored (or that never reached them:
@@ -52,8 +52,8 @@ from benchmarks.workflow_config import REPO, resolved
 
 from longca import config as config_mod
 from longca import run_dir
-from longca.execution import fingerprint
-from longca.execution.atomic import write_json_atomic
+from longca.execution.cache import fingerprint
+from longca.execution.cache.atomic import write_json_atomic
 
 CELLS = run_dir.KERNEL_CELLS + "/"
 # How an adapter's ``available()`` words a machine that cannot run the kernel at all (a library not
@@ -76,7 +76,10 @@ def fingerprints_at(root: Path, kernels: list[str]) -> dict[str, dict]:
     the files (relative to its ``longca/``) that fingerprint covers."""
     script = ("import json, sys\n"
               "from longca import kernels\n"
-              "from longca.execution import fingerprint as f\n"
+              "try:\n"
+              "    from longca.execution.cache import fingerprint as f\n"
+              "except ImportError:  # before execution/ had rooms\n"
+              "    from longca.execution import fingerprint as f\n"
               "def files(k):\n"
               "    if hasattr(f, 'kernel_files'):\n"
               "        return f.kernel_files(k)\n"
@@ -160,7 +163,7 @@ def read_archive(path: Path) -> dict[str, tuple[dict, str]]:
 
 
 def restore(args) -> dict:
-    from longca.execution import store as store_mod
+    from longca.execution.cache import store as store_mod
     from longca.execution.measure.cell import CellSpec
     from longca.execution.measure.parts import PARTS, part_key, part_settings
 

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from . import cells, timing_spec
-from .execution import kept_rows, progress, store  # light (no torch): run-cell's worker client must start fast
+from .execution.cache import kept_rows, store  # light (no torch): run-cell's worker client must start fast
+from .execution.processes import progress
 
 # `longca status` asks Snakemake about this workflow unless told another.
 CHECKOUT_SNAKEFILE = Path(__file__).resolve().parent.parent / "Snakefile"
@@ -28,7 +29,7 @@ def _flag_settings(args: argparse.Namespace) -> dict:
 
 
 def _run_cell(args: argparse.Namespace) -> int:
-    from .execution.atomic import write_json_atomic
+    from .execution.cache.atomic import write_json_atomic
 
     settings = json.loads(args.settings) if args.settings else _flag_settings(args)
     cell_id = args.cell_id or cells.kernel_cell_id(settings)
@@ -36,7 +37,7 @@ def _run_cell(args: argparse.Namespace) -> int:
     fingerprint = kept_rows.kernel_fingerprint(settings.get("kernel")) if args.out else None
     kept = kept_rows.recall(args.out, settings, fingerprint) if fingerprint else None
     if kept is not None:  # measured by an earlier job that was lost before Snakemake recorded it
-        from .execution.atomic import write_json_atomic
+        from .execution.cache.atomic import write_json_atomic
 
         write_json_atomic(kept, args.out)
         print(f"{kept['cell_id']}: {kept['status']} (kept row of an earlier job, not measured again)",
@@ -44,7 +45,7 @@ def _run_cell(args: argparse.Namespace) -> int:
         progress.record(cell_id, kept)
         return 0
     if args.isolation in ("worker", "resident"):
-        from .execution.worker import WorkerError
+        from .execution.processes.worker import WorkerError
 
         request = _client_request(args.isolation)
         try:
@@ -54,7 +55,7 @@ def _run_cell(args: argparse.Namespace) -> int:
             print(f"longca run-cell: {exc}", file=sys.stderr)
             return 2
     elif args.isolation == "fork":
-        from .execution.runner import Limits, measure, preload
+        from .execution.processes.runner import Limits, measure, preload
 
         preload()  # once, here, rather than in the child and again for the fingerprint
         row = measure(settings, cell_id=cell_id, threads=args.threads,
@@ -64,7 +65,7 @@ def _run_cell(args: argparse.Namespace) -> int:
         import torch
 
         from .execution.measure.cell import CellSpec, run_cell
-        from .execution.runner import _fingerprint
+        from .execution.processes.runner import _fingerprint
 
         if args.threads:
             torch.set_num_threads(args.threads)
@@ -80,27 +81,27 @@ def _run_cell(args: argparse.Namespace) -> int:
     summary = f"{row['cell_id']}: {row['status']}"
     summary += f" {row['tflops']:.3f} TFLOPs/s" if row["status"] == "ok" else f" ({row['reason']})"
     print(summary, file=sys.stderr)
-    progress.record(cell_id, row)  # the run's progress line (longca/execution/progress.py); nothing outside a run
+    progress.record(cell_id, row)  # the run's progress line (longca/execution/processes/progress.py); nothing outside a run
     return 0  # a failed cell is a result, not a failed command
 
 
 def _client_request(isolation: str):
     """The thin client for a warm measuring server; neither imports torch."""
     if isolation == "resident":
-        from .execution.resident import request
+        from .execution.processes.resident import request
     else:
-        from .execution.worker import request
+        from .execution.processes.worker import request
     return request
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from .execution.worker import serve
+    from .execution.processes.worker import serve
 
     return serve(args.socket, args.idle)
 
 
 def _lane(args: argparse.Namespace) -> int:
-    from .execution.resident import serve
+    from .execution.processes.resident import serve
 
     return serve(args.socket, args.device, args.idle)
 
@@ -214,13 +215,13 @@ def _cuda_available() -> bool:
 
 
 def _cp_cell(args: argparse.Namespace) -> int:
-    from .execution.cp_launch import run
+    from .execution.cluster.cp_launch import run
 
     settings = json.loads(args.settings)
     cell_id = args.cell_id or cells.cp_cell_id(settings)
     if args.unsupported:  # a cell this run cannot place: its row says why, nothing is started
-        from .execution.atomic import write_json_atomic
-        from .execution.cp_launch import failure_row
+        from .execution.cache.atomic import write_json_atomic
+        from .execution.cluster.cp_launch import failure_row
 
         row = failure_row(settings, "unsupported", args.unsupported, cell_id=cell_id, fingerprint=args.fingerprint,
                           wall_s=0.0)
@@ -233,12 +234,12 @@ def _cp_cell(args: argparse.Namespace) -> int:
     summary += (f" {row['tflops_per_gpu']:.3f} TFLOPs/s per GPU" if row["status"] == "ok"
                 else f" ({row['reason']})")
     print(summary, file=sys.stderr)
-    progress.record(cell_id, row)  # the run's progress line (longca/execution/progress.py); nothing outside a run
+    progress.record(cell_id, row)  # the run's progress line (longca/execution/processes/progress.py); nothing outside a run
     return 0
 
 
 def _cp_group(args: argparse.Namespace) -> int:
-    from .execution.cp_group import exec_group
+    from .execution.cluster.cp_group import exec_group
 
     return exec_group(args)
 

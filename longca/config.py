@@ -126,7 +126,7 @@ def mask_entries(config: dict) -> list[MaskEntry]:
 # Defaults by device when the config sets none.  A GPU kernel cell is timed by budget (longca.execution.measure.timing):
 # a warm-up of at least 25 ms that goes on until the device is steady (at most 1 s), then repetitions
 # filling 100 ms (do_bench's warm-up and rep times), in a resident process that keeps the CUDA
-# context, libraries and compiled kernels across cells (longca.execution.resident).  A CPU has no boost-clock
+# context, libraries and compiled kernels across cells (longca.execution.processes.resident).  A CPU has no boost-clock
 # transient and its cells are cheap to fork: counts only, one forked child per cell.  On CUDA the
 # timed call is a CUDA graph's replay (longca.execution.measure.graphed): at 1K the launch from Python is as
 # long as the GPU's work, and eager event timing measured the CPU's lead instead.

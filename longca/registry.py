@@ -7,7 +7,7 @@ imported inside members, never at registration, so a missing library makes cells
 instead of failing import.
 
 It looks names up and computes nothing: no measurement's cache key covers it (a member's own module
-is in the key of every cell it measures, ``longca.execution.fingerprint``).
+is in the key of every cell it measures, ``longca.execution.cache.fingerprint``).
 """
 
 from __future__ import annotations

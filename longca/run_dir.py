@@ -27,9 +27,9 @@ CP_LOGS = f"{LOGS}/cp"
 CEILINGS_LOG = f"{LOGS}/ceilings.log"
 
 # Beside the files Snakemake owns (it deletes a job's outputs when the job fails).
-KEPT = f"{ROOT}/kept"          # each cell's row with its settings (longca.execution.kept_rows)
-STORE = f"{ROOT}/store"        # each measured part by its key (longca.execution.store)
-PROGRESS = f"{ROOT}/progress"  # the progress line's counts (longca.execution.progress)
+KEPT = f"{ROOT}/kept"          # each cell's row with its settings (longca.execution.cache.kept_rows)
+STORE = f"{ROOT}/store"        # each measured part by its key (longca.execution.cache.store)
+PROGRESS = f"{ROOT}/progress"  # the progress line's counts (longca.execution.processes.progress)
 LOST = f"{ROOT}/lost"          # stand-in rows of a failed run's lost cells (longca.results.lost_cells)
 LOST_KERNEL_TABLE = f"{ROOT}/lost_kernels.parquet"
 LOST_CP_TABLE = f"{ROOT}/lost_cp.parquet"

@@ -70,7 +70,7 @@ def test_cuda_graph_mode_times_eagerly_on_cpu_and_records_nothing_of_graphs():
 
 
 def test_a_row_records_the_wall_of_each_part_it_measured_and_none_for_parts_it_reused(tmp_path):
-    from longca.execution.store import Store
+    from longca.execution.cache.store import Store
 
     store = Store(tmp_path / "store")
     spec = CellSpec(kernel="sdpa_math", mask="causal", direction="bwd", **SMALL)
@@ -89,7 +89,7 @@ def test_a_row_records_the_wall_of_each_part_it_measured_and_none_for_parts_it_r
 def test_each_part_carries_when_where_and_with_what_it_was_measured_and_a_reused_part_keeps_its_own(
         tmp_path, monkeypatch):
     from longca.execution.measure import env
-    from longca.execution.store import Store
+    from longca.execution.cache.store import Store
 
     store = Store(tmp_path / "store")
     spec = CellSpec(kernel="sdpa_math", mask="causal", direction="fwd", **SMALL)

@@ -83,7 +83,7 @@ def test_ulysses_head_chunks_that_split_a_kv_head_are_unsupported_naming_the_opt
 
 @pytest.mark.slow
 def test_hung_collective_is_a_timeout_row(tmp_path):
-    from longca.execution.cp_launch import run
+    from longca.execution.cluster.cp_launch import run
 
     env_before = os.environ.get("LONGCA_TEST_KERNELS")
     os.environ["LONGCA_TEST_KERNELS"] = "1"
@@ -102,7 +102,7 @@ def test_hung_collective_is_a_timeout_row(tmp_path):
 
 @pytest.mark.slow
 def test_crashed_job_still_writes_a_row(tmp_path):
-    from longca.execution.cp_launch import run
+    from longca.execution.cluster.cp_launch import run
 
     # cp_size 3 with a mask whose settings make every rank raise before any collective is fine;
     # an unknown strategy makes every rank exit with an error before writing anything.
@@ -117,7 +117,7 @@ def test_crashed_job_still_writes_a_row(tmp_path):
 def test_time_based_warmup_keeps_ranks_in_step(tmp_path):
     """warmup_ms: each rank estimates its own extra warm-up calls; the cell only finishes (rather than
     hanging in a collective) if every rank makes the same number, the largest asked."""
-    from longca.execution.cp_launch import run
+    from longca.execution.cluster.cp_launch import run
 
     settings = {"strategy": "ring", "mask": "causal", "seqlen": 512, "cp_size": 2, "heads_q": 4, "heads_kv": 2,
                 "head_dim": 16, "gate_seqlen": 128, "reps": 2, "warmup": 0, "warmup_ms": 150,
@@ -160,7 +160,7 @@ def _resident_settings(**over):
 
 def _group_processes() -> list[str]:
     """The ranks of this test's resident group (its name is in their socket path)."""
-    from longca.execution.cp_group import group_name
+    from longca.execution.cluster.cp_group import group_name
 
     marker = group_name("cpu", ["cpu", "cpu"], 2)
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
@@ -171,7 +171,7 @@ def _group_processes() -> list[str]:
 def test_resident_group_measures_cell_after_cell_and_ends_when_idle(tmp_path, monkeypatch):
     """Two CP cells through `cp-cell`'s warm isolation: one torchrun group measures both (the second
     pays no start-up), each row says so and how long its job took; the group exits once idle."""
-    from longca.execution.cp_launch import run
+    from longca.execution.cluster.cp_launch import run
 
     monkeypatch.setenv("LONGCA_WORKER_IDLE_S", "3")
     monkeypatch.setenv("LONGCA_TEST_GROUP", str(tmp_path))  # a group of this test's own (worker key)
@@ -192,7 +192,7 @@ def test_resident_group_measures_cell_after_cell_and_ends_when_idle(tmp_path, mo
 
 @pytest.mark.slow
 def test_hung_cell_in_a_resident_group_is_a_timeout_row_and_the_group_is_killed(tmp_path, monkeypatch):
-    from longca.execution.cp_launch import run
+    from longca.execution.cluster.cp_launch import run
 
     monkeypatch.setenv("LONGCA_TEST_KERNELS", "1")
     monkeypatch.setenv("LONGCA_TEST_GROUP", str(tmp_path))

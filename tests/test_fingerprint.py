@@ -3,8 +3,8 @@ code keeps a cell's fingerprint; changing a statement does not."""
 
 import shutil
 
-from longca.execution import fingerprint
-from longca.execution.fingerprint import code_lines, files_fingerprint
+from longca.execution.cache import fingerprint
+from longca.execution.cache.fingerprint import code_lines, files_fingerprint
 
 
 def test_code_lines_leave_out_docstrings_comments_imports_and_blank_lines():

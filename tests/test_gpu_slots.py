@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from longca.execution import gpu_slots
+from longca.execution.processes import gpu_slots
 
 HOLD_S = 0.4
 
@@ -47,7 +47,7 @@ def test_concurrent_cells_never_share_a_device_and_use_them_all(tmp_path):
 
 
 def test_a_killed_holder_frees_its_slot(tmp_path):
-    code = ("import sys, time; from longca.execution import gpu_slots; "
+    code = ("import sys, time; from longca.execution.processes import gpu_slots; "
             f"s = gpu_slots.acquire(['7'], lock_dir={str(tmp_path)!r}); print('held', flush=True); time.sleep(300)")
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
@@ -69,7 +69,7 @@ def test_visible_devices_follow_cuda_visible_devices():
 
 
 def test_acquire_set_takes_a_whole_free_group_so_two_pairs_share_four_gpus(tmp_path):
-    from longca.execution.gpu_slots import acquire_set
+    from longca.execution.processes.gpu_slots import acquire_set
 
     devices = ["0", "1", "2", "3"]
     first = acquire_set(devices, 2, lock_dir=tmp_path)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from longca.execution import isolate, runner
+from longca.execution.processes import isolate, runner
 import tiny
 
 SETTINGS = tiny.cell()
@@ -98,7 +98,7 @@ CASES = [  # kernel, limits, status, reason
 # as `longca run-cell` and the worker do.
 MEASURE_CASES = """
 import json, os, sys
-from longca.execution import runner
+from longca.execution.processes import runner
 devnull = os.open(os.devnull, os.O_WRONLY)
 rows = [runner.measure({**settings, "kernel": kernel}, cell_id=f"{kernel}/x", threads=1,
                        limits=runner.Limits(**limits), stdio=(devnull, devnull))

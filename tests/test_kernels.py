@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from longca import kernels
+from longca.attention.masks import HEAD_PATTERNS
 from longca.attention.problem import Problem
 from longca.execution.measure.cell import CellSpec, run_cell
 from longca.execution.measure.check import check, check_masks
@@ -41,19 +42,20 @@ def test_dense_mask_kernels_run_every_pattern_forward_and_backward():
     for kernel in ("sdpa_math", "sdpa"):
         results = check([kernel], check_masks(), ["fwd", "bwd"], device="cpu", dtype="float32", seqlen=256,
                         heads_q=2, heads_kv=1, head_dim=16)
-        one_mask = [r for r in results if r.mask != "block_sparse_heads"]
+        one_mask = [r for r in results if r.mask not in HEAD_PATTERNS]
         assert {r.status for r in one_mask} == {"ok"}, [r for r in one_mask if r.status != "ok"]
         # A pattern per KV head needs a kernel that takes one (flex_block_sparse, ffa_block_sparse, vsa_triton).
-        assert all(r.status == "unsupported" and "one mask for every head" in r.detail
-                   for r in results if r.mask == "block_sparse_heads")
+        per_head = [r for r in results if r.mask in HEAD_PATTERNS]
+        assert {r.mask for r in per_head} == set(HEAD_PATTERNS)
+        assert all(r.status == "unsupported" and "one mask for every head" in r.detail for r in per_head)
 
 
 def test_flex_runs_every_pattern_forward_on_cpu_and_says_why_not_backward():
     results = check(["flex"], check_masks(), ["fwd", "bwd"], device="cpu", dtype="float32", seqlen=256,
                     heads_q=2, heads_kv=1, head_dim=16)
-    assert {r.status for r in results if r.direction == "fwd" and r.mask != "block_sparse_heads"} == {"ok"}
+    assert {r.status for r in results if r.direction == "fwd" and r.mask not in HEAD_PATTERNS} == {"ok"}
     assert all(r.status == "unsupported" and "backward" in r.detail for r in results
-               if r.direction == "bwd" and r.mask != "block_sparse_heads")
+               if r.direction == "bwd" and r.mask not in HEAD_PATTERNS)
 
 
 def test_flex_row_on_block_sparse_counts_only_attended_flops():

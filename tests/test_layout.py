@@ -53,6 +53,46 @@ def test_layers_import_only_downwards():
     assert not wrong, "\n".join(wrong)
 
 
+EXECUTION = PACKAGE / "execution"
+ROOMS = ("measure", "cache", "processes", "cluster")
+
+
+def room_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["longca", "execution"] and parts[2] in ROOMS else None
+
+
+def function_level_imports(path: Path, source: str | None = None) -> set[str]:
+    """The longca modules ``path`` (or ``source`` as if it were there) imports inside a function."""
+    tree = ast.parse(path.read_text() if source is None else source)
+    inner = "\n".join(ast.unparse(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                      for n in f.body)
+    return imported_modules(path, inner)
+
+
+def test_execution_is_four_rooms_that_reach_each_other_only_at_module_level():
+    """Every module of ``longca/execution`` lives in a room (measure, cache, processes, cluster); a
+    room uses another through module-level imports only, so what a room needs is read at its top
+    (the measure room loads torch itself, behind ``measure_cell``)."""
+    loose = sorted(p.name for p in EXECUTION.glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"modules outside a room: {loose}"
+    assert sorted(p.name for p in EXECUTION.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(ROOMS)
+    crossing = []
+    for path in sorted(EXECUTION.rglob("*.py")):
+        here = path.relative_to(EXECUTION).parts[0]
+        for module in function_level_imports(path):
+            there = room_of(module)
+            if there is not None and there != here:
+                crossing.append(f"{path.relative_to(PACKAGE)} imports {module} inside a function")
+    assert not crossing, "\n".join(crossing)
+
+
+def test_the_rooms_check_sees_an_import_inside_a_function():
+    source = "from ..cache import store\ndef f():\n    from ..processes.runner import measure\n"
+    found = function_level_imports(EXECUTION / "measure" / "cell.py", source)
+    assert "longca.execution.processes.runner" in found and "longca.execution.cache" not in found
+
+
 def test_kernels_and_cp_stay_apart_one_way():
     """CP strategies compute their local blocks with the kernels; no kernel knows about CP."""
     for path in sorted((PACKAGE / "kernels").rglob("*.py")):

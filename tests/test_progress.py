@@ -5,8 +5,8 @@ import re
 import pytest
 from snakemake_run import snakemake, write_config
 
-from longca.execution import progress
-from longca.execution.progress import Record, summary
+from longca.execution.processes import progress
+from longca.execution.processes.progress import Record, summary
 from longca.results.parquet import load
 
 PROGRESS_LINE = re.compile(r"^longca progress: (\d+)/(\d+) cells · ok (\d+) · unsupported (\d+) · failed (\d+)(.*)$",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from longca.execution import resident
+from longca.execution.processes import resident
 import tiny
 
 SETTINGS = tiny.cell()

@@ -1,12 +1,13 @@
-"""What each SLURM job asks for, from config (longca.execution.slurm_jobs), and the pieces that keep a
-failed job's finished rows (longca.execution.kept_rows, longca.results.lost_cells)."""
+"""What each SLURM job asks for, from config (longca.execution.cluster.slurm_jobs), and the pieces that keep a
+failed job's finished rows (longca.execution.cache.kept_rows, longca.results.lost_cells)."""
 
 import json
 
 import pytest
 
 from longca.config import ConfigError, validate
-from longca.execution import kept_rows, placement, slurm_jobs
+from longca.execution.cache import kept_rows
+from longca.execution.cluster import placement, slurm_jobs
 from longca.results import lost_cells
 
 GPU = {"device": "cuda", "kernels": ["sdpa"], "masks": ["full"], "seqlens": [1024], "cp_strategies": []}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from longca.execution import worker
+from longca.execution.processes import worker
 import tiny
 
 SETTINGS = tiny.cell()

@@ -9,7 +9,7 @@ import pytest
 from snakemake_run import REPO, command, snakemake, write_config
 
 from longca.config import ConfigError, cell_limits, cell_settings, cp_cell_settings, cp_cells, validate
-from longca.execution import progress
+from longca.execution.processes import progress
 
 # cp_strategies empty: the default grid's CP cells (on `causal`) would otherwise merge into these configs.
 BASE = {"kernels": ["sdpa", "test_sleep"], "masks": ["full"], "seqlens": [64], "cp_strategies": []}

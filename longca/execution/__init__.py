@@ -1,10 +1,17 @@
 """Running cells: one measurement each, whatever goes wrong, turned into one result row.
 
-``cell`` (gate, timing, row) and ``cp_cell`` / ``cp_launch`` (a CP cell on a torchrun process
-group) are what a measurement is; ``timing`` how long; ``runner``, ``isolate``, ``worker``,
-``resident`` and ``gpu_slots`` where it runs (a forked child, a warm worker, a long-lived measuring
-process per GPU); ``fingerprint`` the code part of a cell's cache key; ``progress`` the run's
-progress line; ``check`` the correctness gate as a table; ``ceilings`` the machine's measured matmul
-rate.  Builds on ``longca.attention``, ``longca.kernels`` and ``longca.cp``; the results side builds
-on it.
+Four rooms, each a job; a room imports another only at module level, through its modules' public
+names (``tests/test_layout.py`` checks it):
+
+* ``measure``: what a measurement is (a kernel cell's gate, timing and memory parts; a CP cell on
+  every rank; the environment a row records; ``longca check``);
+* ``cache``: cache keys and what they find (``fingerprint``: the code part of a key; ``store``: each
+  measured part by its key; ``kept_rows``: rows kept outside what Snakemake deletes; ``atomic``);
+* ``processes``: where a cell runs on this machine (``runner``: a forked child; ``worker``; the
+  resident measuring process per GPU, ``resident``, and its ``wire`` protocol; ``isolate``: crashes
+  and hangs as rows; ``gpu_slots``; ``progress``: the run's progress line);
+* ``cluster``: runs across GPUs and nodes (``placement``: a local run or a SLURM job; ``slurm_jobs``:
+  each job's size; ``cp_launch`` and ``cp_group``: CP cells on torchrun).
+
+Builds on ``longca.attention``, ``longca.kernels`` and ``longca.cp``; the results side builds on it.
 """

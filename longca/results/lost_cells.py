@@ -21,8 +21,8 @@ from typing import Iterable
 from .. import config as longca_config
 from .. import run_dir
 from . import parquet as results
-from ..execution import kept_rows
-from ..execution.atomic import write_json_atomic
+from ..execution.cache import kept_rows
+from ..execution.cache.atomic import write_json_atomic
 
 LOST_DIR = Path(run_dir.LOST)
 DEFAULT_SLURM_LOGDIR = Path(".snakemake/slurm_logs")
@@ -101,8 +101,8 @@ def record(cfg: dict, kernel_cells: Iterable, cp_cells: Iterable, main_log=None,
 
     A cell whose job failed after the cell had finished has its kept row (Snakemake deleted its
     file with the job's other outputs): that row stands for it, and the next run writes it back."""
-    from ..execution.cp_launch import failure_row as cp_failure_row
-    from ..execution.runner import failure_row as kernel_failure_row
+    from ..execution.cluster.cp_launch import failure_row as cp_failure_row
+    from ..execution.processes.runner import failure_row as kernel_failure_row
 
     lost = []
     known = slurm_logs_by_cell(main_log, slurm_logdir)

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..timing_spec import CountedTiming, TimingSpec, own_fields
-from ..execution.atomic import write_json_atomic  # noqa: F401 — re-exported: rows are written through results
+from ..execution.cache.atomic import write_json_atomic  # noqa: F401 — re-exported: rows are written through results
 
 # 2: peak_mem_bytes is what one call needs (the memory part), gate_seqlen the length the gate checked.
 SCHEMA_VERSION = 2

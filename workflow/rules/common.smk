@@ -5,9 +5,10 @@ import os
 
 from longca import cells, run_dir
 from longca import config as longca_config
-from longca.execution import kept_rows, placement, slurm_jobs
-from longca.execution import store
-from longca.execution.fingerprint import cp_fingerprint, kernel_fingerprint
+from longca.execution.cache import kept_rows
+from longca.execution.cluster import placement, slurm_jobs
+from longca.execution.cache import store
+from longca.execution.cache.fingerprint import cp_fingerprint, kernel_fingerprint
 from longca.results import figure_captions
 
 # Validated before any job starts; a bad key stops here with a message naming it.
@@ -19,7 +20,7 @@ MASK_NAMES = [entry.name for entry in longca_config.mask_entries(CFG)]
 # or `python -m snakemake` (two paths of one interpreter) does not rerun every cell.
 PYTHON = sys.executable
 # Where this run's cells are measured, decided while the Snakefile is read (before Snakemake names
-# its executor): here, or in cluster jobs (longca.execution.placement says how it tells).
+# its executor): here, or in cluster jobs (longca.execution.cluster.placement says how it tells).
 PLACEMENT = placement.of_run(workflow)
 # `--cores` when none is given: every core for a local run (so `snakemake all` needs no flag), one
 # cell's CPUs for a run that submits jobs (how Snakemake sizes a group job whose cells run in turn).
@@ -75,17 +76,17 @@ def cached_kernel_fingerprint(kernel: str) -> str:
 
 
 # Cells keep a copy of each row they write with the fingerprint of its code
-# (longca.execution.kept_rows): a rerun after a lost job reuses the rows of the same code and
+# (longca.execution.cache.kept_rows): a rerun after a lost job reuses the rows of the same code and
 # settings, and the kernel cells' client learns the fingerprints here, without importing torch.
 os.environ[kept_rows.FINGERPRINTS_ENV] = json.dumps(
     {kernel: cached_kernel_fingerprint(kernel) for kernel in CFG["kernels"]}, sort_keys=True)
 # Every measured part of a kernel cell (gate, time, memory) is kept in the run's store by its own
-# key (longca.execution.store): a rerun measures only the parts whose settings or code changed.  A
+# key (longca.execution.cache.store): a rerun measures only the parts whose settings or code changed.  A
 # caller may name another store (benchmarks/bench_pipeline.py gives each pass its own, to measure anew).
 os.environ.setdefault(store.STORE_ENV, str(store.DEFAULT.resolve()))
 
 
-# Resident lanes (longca.execution.resident) measure each device's cells one at a time in a long-lived process;
+# Resident lanes (longca.execution.processes.resident) measure each device's cells one at a time in a long-lived process;
 # the cell's job is then a thin client that waits on the device's slot, so locally it takes one core
 # and no `gpu` resource: Snakemake keeps several clients in flight and the next cell is already
 # queued when one finishes (CP cells take the GPU slots themselves, so they still never share a GPU
@@ -99,7 +100,7 @@ if PLACEMENT == placement.LOCAL:
     GPU_JOB_RESOURCES = {"gpu": 1} if GPUS else {}  # one measurement on one device (a cell, the ceilings)
     CELL_RESOURCES = {} if RESIDENT_CLIENTS else GPU_JOB_RESOURCES
 else:
-    # A cluster job: CPUs, memory, GPUs and time limit from config (longca.execution.slurm_jobs).
+    # A cluster job: CPUs, memory, GPUs and time limit from config (longca.execution.cluster.slurm_jobs).
     MEASURE_THREADS = CELL_THREADS = slurm_jobs.cell_cpus(CFG)
     ONE_CELL = {k: v for k, v in slurm_jobs.kernel_cell_resources(CFG, 1).items() if k != "threads"}
     GPU_JOB_RESOURCES = {**ONE_CELL, **SLURM_RESOURCES}

@@ -17,7 +17,7 @@ def cached_cp_fingerprint(strategy: str) -> str:
 
 
 def cp_job_resource(key: str):
-    """One sbatch resource of a CP cell's job, by its size (longca.execution.slurm_jobs)."""
+    """One sbatch resource of a CP cell's job, by its size (longca.execution.cluster.slurm_jobs)."""
     return lambda wc: slurm_jobs.cp_cell_resources(CFG, int(wc.cp_size))[key]
 
 
@@ -34,7 +34,7 @@ rule cp_cell:
         # Locally a CP cell holds cp_size GPUs of the `gpu` resource (one per visible device), so it
         # never shares a GPU with another cell.  On SLURM it is one job of ceil(cp_size /
         # ranks_per_node) nodes, one task per node (srun starts a torchrun agent on each), with each
-        # node's GPUs as gres (longca.execution.slurm_jobs).
+        # node's GPUs as gres (longca.execution.cluster.slurm_jobs).
         **SLURM_RESOURCES,
         **({} if PLACEMENT != placement.LOCAL else {"gpu": lambda wc: int(wc.cp_size) if GPUS else 0,
                                                     "cpus_per_task": MEASURE_THREADS}),

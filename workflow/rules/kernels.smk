@@ -1,7 +1,7 @@
 # One kernel cell = one measurement = one JSON row.  Its params are its resolved settings plus the
 # fingerprint of the code that computes it, so Snakemake's params rerun-trigger reruns exactly the
 # cells whose settings or code changed.  run-cell measures in the device's resident process (GPU
-# default, longca/execution/resident.py) or a forked child of the warm worker (CPU default, longca/execution/worker.py):
+# default, longca/execution/processes/resident.py) or a forked child of the warm worker (CPU default, longca/execution/processes/worker.py):
 # a crash, hang or memory exhaustion still writes the row, atomically.
 
 

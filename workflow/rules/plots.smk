@@ -2,7 +2,7 @@
 # longca.results.plots, which draws longca.results.tables; captions: longca/results/captions/, shared with the HTML report).
 from pathlib import Path
 
-from longca.execution.fingerprint import files_fingerprint
+from longca.execution.cache.fingerprint import files_fingerprint
 
 
 def code_fingerprint(*paths: str) -> str:

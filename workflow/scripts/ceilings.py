@@ -8,7 +8,7 @@ sm = snakemake  # noqa: F821
 with open(sm.log[0], "w") as log, contextlib.redirect_stderr(log):
     slot = contextlib.nullcontext()
     if sm.params.device == "cuda":
-        from longca.execution import gpu_slots
+        from longca.execution.processes import gpu_slots
 
         # config `gpus` only says how many GPUs cells may use: not a param, so changing it reruns nothing.
         slot = gpu_slots.acquire(gpu_slots.visible_devices(sm.config.get("gpus") or 0))

@@ -21,7 +21,7 @@ import torch
 
 from ...attention.problem import parse_dtype
 from . import env, timing
-from ..atomic import write_json_atomic
+from ..cache.atomic import write_json_atomic
 
 CEILINGS_VERSION = 1
 MIN_N = 256

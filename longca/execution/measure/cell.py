@@ -4,7 +4,7 @@ A cell builds its problem and asks the kernel whether it supports it; then it me
 parts (``longca.execution.measure.parts``): the gate (``gate``: the kernel against the exact
 reference on the cell's mask at a short length, structure kept; a wrong kernel is never timed), the
 timing (``timed``) and the memory one call needs (``memory``).  Each part found in the run's store
-(``longca.execution.store``) under its key is taken from there instead of measured again.  Every
+(``longca.execution.cache.store``) under its key is taken from there instead of measured again.  Every
 failure becomes the row's ``status`` with a ``reason``; nothing here raises.
 """
 
@@ -26,8 +26,8 @@ from ...attention.masks import kernel_takes
 from ...attention.problem import ProblemSpec
 from ...kernels.base import Kernel, Unsupported
 from ...timing_spec import CountedTiming, TimingSpec
-from .. import fingerprint
-from ..store import Store
+from ..cache import fingerprint
+from ..cache.store import Store
 from . import env, parts
 from .gate import gate_problem, measure_gate
 from .memory import measure_memory

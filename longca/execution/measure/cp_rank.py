@@ -15,7 +15,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from ..atomic import write_json_atomic
+from ..cache.atomic import write_json_atomic
 from . import env
 from .cp_cell import CPSpec, run_cell
 

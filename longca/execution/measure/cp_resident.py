@@ -1,6 +1,6 @@
 """A resident CP group: one ``torchrun`` job that measures CP cell after cell on the same ranks.
 
-Started by ``longca cp-group`` (``longca.execution.cp_group``), never by hand.  Every rank starts
+Started by ``longca cp-group`` (``longca.execution.cluster.cp_group``), never by hand.  Every rank starts
 Python, CUDA and the process group once; rank 0 serves a Unix socket, takes one cell at a time,
 tells the other ranks over a gloo control group which cell comes next (or that the group ends),
 and every rank runs ``cp_cell.run_cell`` as a fresh ``torchrun`` job's rank would.  The client
@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..wire import recv_msg, send_msg
+from ..processes.wire import recv_msg, send_msg
 from .cp_cell import CPSpec, run_cell
 from .cp_rank import identified
 

@@ -3,7 +3,7 @@
 Each part is determined by the problem (its settings and code), the kernel's adapter, and its own
 settings and code, listed here.  Its key (``part_key``) hashes exactly those, so fixing the gate
 re-runs gates and re-times nothing, a new memory probe measures memory only, and a change to the
-timing harness re-times without re-gating.  ``longca.execution.store`` keeps the parts;
+timing harness re-times without re-gating.  ``longca.execution.cache.store`` keeps the parts;
 ``longca.execution.measure.cell.run_cell`` measures only the parts it does not find there.
 
 Free of heavy imports: the Snakefile computes fingerprints from it without importing torch.

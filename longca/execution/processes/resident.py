@@ -6,8 +6,8 @@ compilation, cuDNN plan selection and Inductor's compilation again: 1.4-19 s a c
 measurement itself takes a fraction of a second.  Here each device has one *lane*:
 
 * the client (``longca run-cell --isolation resident``; never imports torch) takes the device's
-  slot (``longca.execution.gpu_slots``; the lane ``cpu`` for CPU cells), connects to the device's lane,
-  starting it on first use (``longca.execution.worker.start_server``), hands over the cell's settings and
+  slot (``longca.execution.processes.gpu_slots``; the lane ``cpu`` for CPU cells), connects to the device's lane,
+  starting it on first use (``longca.execution.processes.worker.start_server``), hands over the cell's settings and
   its own stdout/stderr (the cell's log), and writes the row it gets back;
 * the lane (``longca lane``) is a supervisor: it imports torch once (never CUDA) and forks the
   *measuring process* on the first cell and again after one died.  It passes each cell on and
@@ -43,7 +43,9 @@ import sys
 import time
 from typing import Any
 
-from . import gpu_slots, store
+from . import gpu_slots
+from ..measure import measure_cell
+from ..cache import store
 from .runner import failure_row, stamp
 from .wire import recv_msg, send_msg
 from .worker import DEFAULT_IDLE_S, WorkerError, start_server, worker_key
@@ -252,8 +254,6 @@ def _measuring_process(channel: socket.socket, device: str) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = device  # before CUDA exists in this process
     import torch
 
-    from .measure.cell import CellSpec, run_cell
-
     # A segfault prints the Python stack to fd 2, which is the current cell's log, then still dies.
     faulthandler.enable(file=sys.stderr, all_threads=True)
     own_stdio = os.dup(1), os.dup(2)
@@ -275,7 +275,7 @@ def _measuring_process(channel: socket.socket, device: str) -> None:
                 cap_address_space(msg["memory_mb"] * 2**20)
             started = time.monotonic()
             try:
-                row = run_cell(CellSpec.from_dict(msg["settings"]), store.at(msg.get("store")))
+                row = measure_cell(msg["settings"], store.at(msg.get("store")))
             except BaseException as exc:  # noqa: BLE001 — even a library's SystemExit ends as a row
                 # The traceback goes to the cell's log (still this process's stderr); the process
                 # retires, since whatever raised may have left it half-initialised.

@@ -14,6 +14,9 @@ then; Snakemake names its executor only afterwards (``workflow.local_exec`` is s
 
 from __future__ import annotations
 
+from . import slurm_jobs
+from ..processes import gpu_slots
+
 LOCAL = "local"            # this machine measures the cells
 SUBMITS_JOBS = "submits"   # this process hands cells to a cluster (a login node: no GPU needed)
 IN_CLUSTER_JOB = "in_job"  # this process runs inside a cluster job, on its allocation
@@ -38,8 +41,7 @@ def isolation(config: dict, where: str) -> str:
 def gpus(config: dict, where: str) -> int:
     """GPUs the run's cells use at once on one machine: the visible devices here and inside a
     job (none visible on a cuda run is an error before any work), a node's for a submitting run."""
-    from ..config import ConfigError
-    from . import gpu_slots, slurm_jobs
+    from ...config import ConfigError
 
     if config["device"] != "cuda":
         return 0
@@ -76,7 +78,7 @@ def default_cores(workflow, where: str, cpus_per_cell: int) -> None:
     * A run that submits jobs gets one cell's CPUs.  Under a cluster executor ``--cores`` caps each
       job's threads, and Snakemake packs a group's cells into layers that fit it.  The SLURM
       executor runs a group's cells one after another, so one cell per layer is what the group job
-      needs: one cell's CPUs and memory, every cell's time (``longca.execution.slurm_jobs``).  Jobs
+      needs: one cell's CPUs and memory, every cell's time (``longca.execution.cluster.slurm_jobs``).  Jobs
       inside the group get the same ``--cores``."""
     settings = workflow.resource_settings
     if settings.cores is not None or where == IN_CLUSTER_JOB:

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .. import run_dir
+from ... import run_dir
 from .atomic import write_json_atomic
 
 # The Snakefile points measuring processes at the run's store (absolute, whatever their cwd).

@@ -24,12 +24,12 @@ import socket
 import sys
 import time
 
-from . import gpu_slots
-from .wire import recv_msg, send_msg
-from .worker import DEFAULT_IDLE_S, WorkerError, runtime_dir, start_server, worker_key
+from ..processes import gpu_slots
+from ..processes.wire import recv_msg, send_msg
+from ..processes.worker import DEFAULT_IDLE_S, WorkerError, runtime_dir, start_server, worker_key
 
 # The isolations under which CP cells use a resident group (a cluster job's cells fork instead:
-# nothing may outlive the job, longca.execution.placement.isolation).
+# nothing may outlive the job, longca.execution.cluster.placement.isolation).
 RESIDENT = frozenset({"worker", "resident"})
 
 

@@ -1,12 +1,12 @@
 """One cell's settings → its result row, whatever the measuring process does.
 
-The measurement (``longca.execution.measure.cell.run_cell``) runs in a forked child (``longca.execution.isolate``); a child
+The measurement (``longca.execution.measure.cell.run_cell``) runs in a forked child (``longca.execution.processes.isolate``); a child
 that segfaults, aborts, hangs past the time limit or is killed for memory still yields a row, built
 here from the settings with the status and a reason.  GPU cells first take a GPU slot
-(``longca.execution.gpu_slots``) and run with ``CUDA_VISIBLE_DEVICES`` set to it.
+(``longca.execution.processes.gpu_slots``) and run with ``CUDA_VISIBLE_DEVICES`` set to it.
 
 Used both by ``longca run-cell --isolation fork`` (in the cell's own process) and by the warm
-worker (``longca.execution.worker``), which forks one child per cell from a process that imported torch once.
+worker (``longca.execution.processes.worker``), which forks one child per cell from a process that imported torch once.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import gpu_slots, isolate, store
+from . import gpu_slots, isolate
+from ..measure import load_measuring_code, measure_cell
+from ..cache import fingerprint, store
 
 
 @dataclass(frozen=True)
@@ -39,10 +41,9 @@ def preload() -> None:
 
     import torch  # noqa: F401
 
-    from .. import kernels
-    from . import fingerprint  # noqa: F401
-    from .measure import cell  # noqa: F401
+    from ... import kernels
 
+    load_measuring_code()
     for family in pkgutil.iter_modules(kernels.__path__):
         try:
             __import__(f"{kernels.__name__}.{family.name}")
@@ -56,11 +57,9 @@ def _measure(settings: dict[str, Any], threads: int, device: str | None, store_r
         os.environ["CUDA_VISIBLE_DEVICES"] = device
     import torch
 
-    from .measure.cell import CellSpec, run_cell
-
     if threads:
         torch.set_num_threads(threads)
-    return run_cell(CellSpec.from_dict(settings), store.at(store_root))
+    return measure_cell(settings, store.at(store_root))
 
 
 def failure_row(settings: dict[str, Any], status: str, reason: str, wall_s: float) -> dict[str, Any]:
@@ -123,9 +122,7 @@ def stamp(row: dict, cell_id: str, kernel: str | None, gpu_slot: str | None) -> 
 
 
 def _fingerprint(kernel: str | None) -> str | None:
-    from .fingerprint import kernel_fingerprint
-
     try:
-        return kernel_fingerprint(kernel)
+        return fingerprint.kernel_fingerprint(kernel)
     except Exception:  # noqa: BLE001 — an unknown or broken kernel has no fingerprint, its row says why
         return None

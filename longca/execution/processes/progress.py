@@ -29,8 +29,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import run_dir
-from .atomic import write_json_atomic
+from ... import run_dir
+from ..cache.atomic import write_json_atomic
 
 DIR_ENV = "LONGCA_PROGRESS_DIR"
 EVERY_ENV = "LONGCA_PROGRESS_EVERY_S"

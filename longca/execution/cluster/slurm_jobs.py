@@ -138,7 +138,7 @@ def partition_nodes(partition: str | None) -> list[tuple[int, int]]:
 def require_fit(config: dict, cp_sizes, partition: str | None) -> None:
     """Raise ConfigError (``partition_misfit``'s words) when no node of ``partition`` can hold the run's
     largest job, as ``sinfo`` reports the nodes."""
-    from ..config import ConfigError
+    from ...config import ConfigError
 
     why = partition_misfit(config, cp_sizes, partition_nodes(partition), partition)
     if why:

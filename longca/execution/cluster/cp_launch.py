@@ -16,8 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-from . import cp_group, kept_rows
-from .atomic import write_json_atomic
+from . import cp_group
+from ..processes import gpu_slots
+from ..cache import kept_rows
+from ..cache.atomic import write_json_atomic
 
 # Ranks give up on a collective somewhat before the launcher kills them, so a hung collective is
 # reported by rank 0 with what it was doing.
@@ -96,7 +98,6 @@ def _local_gpu_slots(settings: dict) -> list:
     `gpu` resource, so the slots are what keeps them off a CP cell's GPUs."""
     if settings.get("device") != "cuda" or nodes_of(settings) > 1:
         return []
-    from . import gpu_slots
 
     return gpu_slots.acquire_all(gpu_slots.visible_devices()[: int(settings["cp_size"])])
 

@@ -9,7 +9,7 @@ The worker (``longca worker``) is started by the first client that finds none, u
 concurrent clients start exactly one.  Its socket name is a hash of the interpreter, the package's
 source files and the ``LONGCA_*`` environment: editing any LongCA file makes the next cell start a
 fresh worker, so a forked child never runs stale code.  Per request the worker forks a handler,
-which runs ``longca.execution.runner.measure`` (another fork: the measurement child, with the time limit and
+which runs ``longca.execution.processes.runner.measure`` (another fork: the measurement child, with the time limit and
 memory cap) and replies; a client that hangs up (e.g. a killed Snakemake) kills its measurement.
 The worker exits after ``LONGCA_WORKER_IDLE_S`` seconds (default 120) without requests.  It runs
 on the node its first client ran on (socket under the node-local temp dir), so in a SLURM job
@@ -31,15 +31,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import store
+from ..cache import store
 from .wire import recv_msg, send_msg
 
-PACKAGE = Path(__file__).resolve().parent.parent  # longca/: a worker serves the code of the whole package
+PACKAGE = Path(__file__).resolve().parents[2]  # longca/: a worker serves the code of the whole package
 START_TIMEOUT_S = 180.0   # importing torch on a busy node can be slow
 DEFAULT_IDLE_S = 120.0
 # LONGCA_* variables that do not change what a cell computes: how long a server idles, where a run's
-# progress lines go (longca.execution.progress), which store a run keeps its parts in (sent with each
-# cell, longca.execution.store).  Every other LONGCA_* variable names a server of its own.
+# progress lines go (longca.execution.processes.progress), which store a run keeps its parts in (sent with each
+# cell, longca.execution.cache.store).  Every other LONGCA_* variable names a server of its own.
 NOT_IN_KEY = frozenset({"LONGCA_WORKER_IDLE_S", "LONGCA_PROGRESS_DIR", "LONGCA_PROGRESS_EVERY_S", "LONGCA_STORE"})
 
 
@@ -98,7 +98,7 @@ def start_server(name: str, command: list[str]) -> socket.socket:
     """Connect to the server ``name`` (a socket in the runtime dir), starting ``longca <command>
     --socket <path>`` if none answers: exactly one, under a lock, in a session of its own so that it
     outlives this client and its Snakemake job.  The warm worker and the resident lanes
-    (``longca.execution.resident``) are started this way."""
+    (``longca.execution.processes.resident``) are started this way."""
     rdir = runtime_dir()
     sock_path, log_path = rdir / f"{name}.sock", rdir / f"{name}.log"
     sock = _connect(sock_path)

@@ -19,7 +19,7 @@ import json
 import os
 from pathlib import Path
 
-from .. import run_dir
+from ... import run_dir
 from .atomic import write_json_atomic
 
 CELLS = Path(run_dir.CELLS)

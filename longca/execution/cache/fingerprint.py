@@ -24,7 +24,9 @@ import io
 import tokenize
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent  # longca/: the files below are named relative to it
+from ..measure.parts import PARTS, PROBLEM_CODE
+
+PACKAGE = Path(__file__).resolve().parents[2]  # longca/: the files below are named relative to it
 
 
 def code_lines(source: str) -> list[str]:
@@ -125,8 +127,7 @@ def files_fingerprint(paths) -> str:
 def problem_files(kernel: str, code: tuple[str, ...] = ()) -> list[Path]:
     """The problem's code, ``code`` (relative to the package) and the kernel's adapter: what any
     measurement of a kernel on a problem depends on (whether the kernel supports it, to begin with)."""
-    from .. import kernels
-    from .measure.parts import PROBLEM_CODE
+    from ... import kernels
 
     return [PACKAGE / p for p in PROBLEM_CODE + tuple(code)] + kernels.source_files(kernel)
 
@@ -134,7 +135,6 @@ def problem_files(kernel: str, code: tuple[str, ...] = ()) -> list[Path]:
 def part_files(part: str, kernel: str) -> list[Path]:
     """The files one measurement of a kernel cell depends on: the problem's code, the part's own
     and the kernel's adapter."""
-    from .measure.parts import PARTS
 
     return problem_files(kernel, PARTS[part].code)
 
@@ -145,7 +145,6 @@ def part_fingerprint(part: str, kernel: str) -> str:
 
 def kernel_files(kernel: str) -> list[Path]:
     """The files any measurement of a kernel cell depends on (the union of its parts')."""
-    from .measure.parts import PARTS
 
     files = {f: None for part in PARTS for f in part_files(part, kernel)}
     return list(files)
@@ -160,14 +159,13 @@ def kernel_fingerprint(kernel: str) -> str:
 def cp_fingerprint(strategy: str, local_kernel: str | None = None) -> str:
     """A CP cell's code: the problem's, the gate's and the timing's, the strategy's module and the
     CP machinery, and the local kernel's adapter with its attention-with-LSE ops."""
-    from .. import cp, kernels
-    from .measure.parts import PARTS, PROBLEM_CODE
+    from ... import cp, kernels
 
     code = PROBLEM_CODE + PARTS["gate"].code + PARTS["time"].code
     files = ([PACKAGE / p for p in code] + cp.source_files(strategy)
              + [PACKAGE / "execution" / "measure" / "cp_cell.py", PACKAGE / "kernels" / "_lse_ops.py"])
     if local_kernel == "auto":  # any of the kernels auto may pick, on any device
-        from ..cp.local import AUTO_LOCAL_KERNELS
+        from ...cp.local import AUTO_LOCAL_KERNELS
 
         files += [kernels.source_file(k) for k in sorted({k for ks in AUTO_LOCAL_KERNELS.values() for k in ks})]
     elif local_kernel:

@@ -10,9 +10,10 @@ against the float64 reference, then the slowest rank's median over warmed-up ite
 single-GPU baseline is rank 0's share of the work (its query shard against every key it needs,
 the same pieces through the same kernel) with no communication at all, timed by the same harness,
 so ``efficiency = strategy TFLOPs/s per GPU / baseline TFLOPs/s`` (``--no-baseline`` skips it).
-``--variants`` runs each strategy once per set of options (a JSON list of objects, merged over
-``local_kernel``), side by side in one process group: e.g. ``'[{"head_chunks": 1}, {"head_chunks": 2,
-"comm_sm_margin": 16}]'``.
+``--variants`` runs each strategy once per set of options, side by side in one process group: a JSON
+list of objects for every strategy (``'[{"head_chunks": 1}, {"head_chunks": 2, "comm_sm_margin": 16}]'``)
+or an object of such lists by strategy (``'{"magi": [{"chunk_size": 1024}], "ulysses": [{}]}'``);
+``local_kernel`` goes to the strategies that take it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from longca import cp
 from longca.attention.problem import Problem, parse_dtype
 from longca.cp import layout as layouts
 from longca.cp.blocks import area, restrict
@@ -80,10 +82,13 @@ def main() -> None:
     ap.add_argument("--gate-seqlen", type=int, default=1024)
     ap.add_argument("--budget-s", type=float, default=480, help="skip what is left after this long")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--variants", default="[{}]", help="a JSON list of option sets, each run per strategy")
+    ap.add_argument("--variants", default="[{}]",
+                    help="a JSON list of option sets run per strategy, or an object of such lists by strategy")
     ap.add_argument("--no-baseline", action="store_true", help="time no one-GPU share")
     args = ap.parse_args()
     variants = json.loads(args.variants)
+    strategies = args.strategies.split(",")
+    runs = [(s, v) for s in strategies for v in (variants.get(s, [{}]) if isinstance(variants, dict) else variants)]
     dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", rank % max(torch.cuda.device_count(), 1)) if args.device == "cuda" else torch.device("cpu")
@@ -107,13 +112,14 @@ def main() -> None:
                         except Exception as exc:  # noqa: BLE001
                             base = {"error": f"{type(exc).__name__}: {exc}"}
                     dist.barrier()
-                    for strategy, variant in [(s, v) for s in args.strategies.split(",") for v in variants]:
+                    for strategy, variant in runs:
                         over = time.time() - started > args.budget_s
                         flag = [over]
                         dist.broadcast_object_list(flag, src=0)
                         if flag[0]:
                             continue
-                        options = {"local_kernel": local_kernel, **variant}
+                        takes_kernel = "local_kernel" in cp.get(strategy).options
+                        options = {**({"local_kernel": local_kernel} if takes_kernel else {}), **variant}
                         spec = CPSpec(**{**base_spec.__dict__, "strategy": strategy, "strategy_options": options})
                         row = run_cell(spec)
                         if rank == 0:

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import cells, timing_spec
+from . import cells, problem_settings, timing_spec
 from .execution.cache import kept_rows, store  # light (no torch): run-cell's worker client must start fast
 from .execution.processes import progress
 
@@ -21,11 +21,8 @@ def _flag_settings(args: argparse.Namespace) -> dict:
     missing = [f"--{k}" for k in ("kernel", "mask", "seqlen") if getattr(args, k) is None]
     if missing:
         raise SystemExit(f"longca run-cell: {', '.join(missing)} required (or --settings)")
-    return {"kernel": args.kernel, "mask": args.mask, "seqlen": args.seqlen, "direction": args.direction,
-            "dtype": args.dtype, "batch": args.batch, "heads_q": args.heads_q, "heads_kv": args.heads_kv,
-            "head_dim": args.head_dim, "mask_params": json.loads(args.mask_params), "seed": args.seed,
-            "gate_seqlen": args.gate_seqlen, "device": args.device,
-            **{name: getattr(args, name) for name in timing_spec.names()}}
+    return {"kernel": args.kernel, **{name: getattr(args, name) for name in problem_settings.names()},
+            "gate_seqlen": args.gate_seqlen, **{name: getattr(args, name) for name in timing_spec.names()}}
 
 
 def _run_cell(args: argparse.Namespace) -> int:
@@ -293,19 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
     cell.add_argument("--settings", default=None,
                       help="JSON object of every cell setting (what the workflow passes); overrides the flags")
     cell.add_argument("--kernel")
-    cell.add_argument("--mask")
-    cell.add_argument("--seqlen", type=int)
-    cell.add_argument("--direction", default="fwd", choices=["fwd", "bwd"])
-    cell.add_argument("--dtype", default="float32")
-    cell.add_argument("--batch", type=int, default=1)
-    cell.add_argument("--heads-q", type=int, default=8)
-    cell.add_argument("--heads-kv", type=int, default=8)
-    cell.add_argument("--head-dim", type=int, default=64)
-    cell.add_argument("--mask-params", default="{}", help="JSON object of mask parameters")
-    cell.add_argument("--seed", type=int, default=0)
+    problem_settings.add_flags(cell)
     timing_spec.add_flags(cell)
     cell.add_argument("--gate-seqlen", type=int, default=512)
-    cell.add_argument("--device", default="cpu")
     cell.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     cell.add_argument("--cell-id", default=None)
     cell.add_argument("--out", default=None, help="JSON file to write (default: stdout)")

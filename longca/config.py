@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import jsonschema
 import yaml
 
-from . import timing_spec
+from . import problem_settings, timing_spec
 from .attention import masks, varlen
 from .cells import CPCell, KernelCell, cell_name, layout_mask, split_layout  # noqa: F401 — the grid's cells, named in cells.py
 
@@ -428,9 +428,8 @@ def cp_cell_settings(config: dict, strategy: str, mask: str, tokens_per_rank: in
     settings = {
         "strategy": strategy, "mask": mask, "pattern": entry.pattern, "mask_params": entry.params,
         "seqlen": int(tokens_per_rank) * int(cp_size), "cp_size": int(cp_size), "direction": direction,
-        "dtype": dtype, "batch": config["batch"], "heads_q": config["heads_q"], "heads_kv": config["heads_kv"],
-        "head_dim": config["head_dim"], "seed": config["seed"] + layout, "gate_seqlen": config["gate_seqlen"],
-        "device": config["device"], **timing_spec.cp_settings(config["timing"]),
+        "dtype": dtype, **problem_settings.grid_settings(config), "seed": config["seed"] + layout,
+        "gate_seqlen": config["gate_seqlen"], **timing_spec.cp_settings(config["timing"]),
     }
     options = config.get("cp_options", {}).get(strategy)
     if options:
@@ -487,10 +486,8 @@ def cell_settings(config: dict, kernel: str, mask: str, seqlen: int, direction: 
     entry = {e.name: e for e in mask_entries(config)}[mask]
     settings = {
         "kernel": kernel, "mask": mask, "pattern": entry.pattern, "mask_params": head_params(config, entry),
-        "seqlen": int(seqlen), "direction": direction, "dtype": dtype,
-        "batch": config["batch"], "heads_q": config["heads_q"], "heads_kv": config["heads_kv"],
-        "head_dim": config["head_dim"], "seed": config["seed"], "gate_seqlen": config["gate_seqlen"],
-        "device": config["device"], **timing_spec.kernel_settings(config["timing"]),
+        "seqlen": int(seqlen), "direction": direction, "dtype": dtype, **problem_settings.grid_settings(config),
+        "gate_seqlen": config["gate_seqlen"], **timing_spec.kernel_settings(config["timing"]),
     }
     # Only when set: a kernel without options keeps the cache key it had before options existed.
     options = config.get("kernel_options", {}).get(kernel)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import torch
 
+from ..spec import DIRECTIONS, ProblemSpec  # noqa: F401 — ProblemSpec re-exported: the settings of a Problem
 from . import masks
 from .masks import AttnMask
 
@@ -17,7 +17,6 @@ DTYPES: dict[str, torch.dtype] = {
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
-DIRECTIONS = ("fwd", "bwd")
 
 
 def parse_dtype(name: str) -> torch.dtype:
@@ -76,42 +75,3 @@ class Problem:
         q, k, v = rand(shape_q), rand(shape_kv), rand(shape_kv)
         grad_out = torch.randn(shape_q, generator=gen, dtype=torch.float32, device=self.device).to(self.dtype)
         return q, k, v, grad_out
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProblemSpec:
-    """A problem as settings (names and numbers, as config, cells and cache keys hold them).
-
-    The part every kind of cell shares: a kernel cell's spec and a CP cell's spec extend it, so a
-    new problem field is added here once.  ``pattern`` names the builder in ``masks.PATTERNS`` when
-    ``mask`` is a config name of a parametrised variant (default: ``mask`` itself)."""
-
-    mask: str
-    seqlen: int
-    direction: str = "fwd"
-    dtype: str = "float32"
-    batch: int = 1
-    heads_q: int = 8
-    heads_kv: int = 8
-    head_dim: int = 64
-    mask_params: dict[str, Any] = field(default_factory=dict)
-    seed: int = 0
-    device: str = "cpu"
-    pattern: str | None = None
-
-    # What the settings are called in an error about unknown keys.
-    SETTINGS_NAME = "problem"
-
-    def problem(self, device: torch.device | None = None) -> Problem:
-        """The problem on ``device`` (default: the spec's own; a CP rank passes its local GPU)."""
-        return Problem(self.pattern or self.mask, self.seqlen, self.batch, self.heads_q, self.heads_kv,
-                       self.head_dim, parse_dtype(self.dtype), torch.device(self.device) if device is None else device,
-                       self.direction, self.seed, dict(self.mask_params))
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]):
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown {cls.SETTINGS_NAME} setting(s): {', '.join(unknown)}")
-        return cls(**data)

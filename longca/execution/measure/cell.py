@@ -23,7 +23,7 @@ import torch
 from ... import kernels, timing_spec
 from ...attention.flops import attention_flops
 from ...attention.masks import kernel_takes
-from ...attention.problem import ProblemSpec
+from ...spec import ProblemSpec
 from ...kernels.base import Kernel, Unsupported
 from ...timing_spec import CountedTiming, TimingSpec
 from ..cache import fingerprint

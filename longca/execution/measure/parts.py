@@ -16,11 +16,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ... import timing_spec
+from ... import problem_settings, timing_spec
 
-# Settings every part depends on: the problem and the kernel that solves it.
-PROBLEM_SETTINGS = ("kernel", "kernel_options", "mask", "pattern", "seqlen", "direction", "dtype", "batch",
-                    "heads_q", "heads_kv", "head_dim", "mask_params", "seed", "device")
+# Settings every part depends on: the problem (longca.spec) and the kernel that solves it.
+PROBLEM_SETTINGS = ("kernel", "kernel_options", *problem_settings.names())
 # Code every part depends on (relative to the package): masks, the problem, its FLOPs and the kernel
 # base class.  The kernel's own adapter is added per kernel.  Not the registry that finds the adapter
 # (``REGISTRIES``): it computes nothing, and the adapter it returns is in the key.
@@ -28,7 +27,7 @@ PROBLEM_CODE = ("attention/errors.py", "attention/masks/__init__.py", "attention
                 "attention/masks/_checks.py", "attention/masks/_shapes.py", "attention/masks/patterns.py",
                 "attention/masks/custom.py", "attention/masks/block_sparse.py",
                 "attention/varlen.py", "attention/mask_convert.py", "attention/problem.py",
-                "attention/flops.py", "attention/data/doclen_default.json",
+                "attention/flops.py", "attention/data/doclen_default.json", "spec.py",
                 "kernels/base.py")
 # Name -> member lookup (longca/registry.py): imported by measuring code, in no key.
 REGISTRIES = ("registry.py", "kernels/__init__.py")

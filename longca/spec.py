@@ -1,0 +1,63 @@
+"""A cell's problem as settings, declared once and free of torch: ``ProblemSpec``.
+
+Config resolves to these fields, a kernel cell's and a CP cell's specs extend them
+(``longca.execution.measure.cell.CellSpec``, ``cp_cell.CPSpec``), the parts' cache keys take them
+(``longca.execution.measure.parts.PROBLEM_SETTINGS``), ``longca run-cell`` has a flag for each and
+the Parquet tables a column for each (``longca.problem_settings`` derives those; the table's
+columns are held to these by ``tests/test_spec.py``).  This module is in every part's cache key
+(its code is the problem's), so what only uses the fields lives in ``longca.problem_settings``.  ``longca.attention.problem.Problem`` is the problem built from
+them: masks and tensors, which need torch; ``problem()`` builds it.  Beside ``longca.timing_spec``
+(how a cell is timed), which is declared the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+DIRECTIONS = ("fwd", "bwd")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProblemSpec:
+    """A problem as settings (names and numbers, as config, cells and cache keys hold them).
+
+    The part every kind of cell shares: a kernel cell's spec and a CP cell's spec extend it, so a
+    new problem field is added here once.  ``pattern`` names the builder in ``masks.PATTERNS`` when
+    ``mask`` is a config name of a parametrised variant (default: ``mask`` itself)."""
+
+    mask: str
+    seqlen: int
+    direction: str = "fwd"
+    dtype: str = "float32"
+    batch: int = 1
+    heads_q: int = 8
+    heads_kv: int = 8
+    head_dim: int = 64
+    mask_params: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    device: str = "cpu"
+    pattern: str | None = None
+
+    # What the settings are called in an error about unknown keys.
+    SETTINGS_NAME = "problem"
+
+    def problem(self, device: torch.device | None = None) -> Problem:
+        """The problem on ``device`` (default: the spec's own; a CP rank passes its local GPU)."""
+        import torch
+
+        from .attention.problem import Problem, parse_dtype
+
+        return Problem(self.pattern or self.mask, self.seqlen, self.batch, self.heads_q, self.heads_kv,
+                       self.head_dim, parse_dtype(self.dtype), torch.device(self.device) if device is None else device,
+                       self.direction, self.seed, dict(self.mask_params))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]):
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown {cls.SETTINGS_NAME} setting(s): {', '.join(unknown)}")
+        return cls(**data)
+

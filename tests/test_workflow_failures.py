@@ -62,3 +62,21 @@ def test_cp_table_exists_with_its_schema_before_any_cp_cell(run):
     workdir, _ = run
     table = pq.read_table(workdir / "results" / "cp.parquet")
     assert table.num_rows == 0 and table.schema.equals(CP_SCHEMA)
+
+
+def test_a_torn_row_file_is_an_error_row_and_the_report_is_rebuilt(run):
+    """A row file cut short (rows are written atomically: only a foreign edit does this) stops
+    neither the figures nor the report: the next `snakemake all` rebuilds them, with that cell an
+    `error` row that names its file."""
+    workdir, _ = run
+    row = workdir / "results/cells/kernels/sdpa/causal/float32_fwd_64.json"
+    row.write_text(row.read_text()[:40])
+    report = workdir / "results" / "report.html"
+    before = report.stat().st_mtime_ns
+    proc = snakemake(workdir, "all")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert report.stat().st_mtime_ns > before
+    df = load(workdir / "results" / "kernels.parquet").set_index("kernel")
+    assert df.loc["sdpa", "status"] == "error" and "holds no JSON object" in df.loc["sdpa", "reason"]
+    html = report.read_text()
+    assert "<td>sdpa/causal/float32_fwd_64</td>" in html and '<td class="status-error">error</td>' in html

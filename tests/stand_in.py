@@ -6,6 +6,7 @@ import sys
 import types
 
 from longca import kernels
+from longca.spec import ProblemSpec
 
 
 def install_library(monkeypatch, dotted: str, **names) -> types.ModuleType:
@@ -30,3 +31,16 @@ def fresh_adapter(kernel: str):
     adapter = type(kernels.get(kernel))()
     assert adapter.available() is None, adapter.available()
     return adapter
+
+
+def head_block_problem(block: int, variable_unit: int | None = None, **over):
+    """A small per-head block pattern for an adapter's stand-in test: 512 tokens, float64, 4 query
+    heads over 2 KV heads, tiles of ``block`` tokens, or with ``variable_unit`` tiles of random sizes
+    in such units averaging ``block`` (``over`` replaces any other setting)."""
+    params = {"kept": 0.3, "block": block, "heads": 2, "group": 2}
+    pattern = "block_sparse_heads"
+    if variable_unit:
+        pattern, params["unit"] = "variable_block_sparse_heads", variable_unit
+    spec = dict(mask="sparse", pattern=pattern, seqlen=512, dtype="float64", batch=1, heads_q=4, heads_kv=2,
+                head_dim=8, mask_params=params)
+    return ProblemSpec(**{**spec, **over}).problem()

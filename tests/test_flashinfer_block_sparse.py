@@ -8,7 +8,7 @@ masks and a missing library are `unsupported`, saying why."""
 
 import pytest
 import torch
-from stand_in import fresh_adapter, install_library
+from stand_in import fresh_adapter, head_block_problem, install_library
 
 from longca.attention import reference
 from longca.attention.problem import ProblemSpec
@@ -48,14 +48,7 @@ def flashinfer(monkeypatch):
 
 
 def _problem(block, variable_unit=None, **over):
-    params = {"kept": 0.3, "block": block, "heads": 2, "group": 2}
-    pattern = "block_sparse_heads"
-    if variable_unit:  # tiles of random sizes, multiples of the unit, `block` on average
-        pattern, params["unit"] = "variable_block_sparse_heads", variable_unit
-    spec = dict(mask="sparse", pattern=pattern, seqlen=512, dtype="float64", seed=3, batch=1,
-                heads_q=4, heads_kv=2, head_dim=8, mask_params=params)
-    spec.update(over)
-    return ProblemSpec(**spec).problem()
+    return head_block_problem(block, variable_unit, **{"seed": 3, "batch": 1, **over})
 
 
 @pytest.mark.parametrize("block, variable_unit", [(32, None), (64, None), (128, None), (64, 16)])

@@ -24,8 +24,8 @@ from ..errors import MaskError
 from .block_sparse import BLOCK_SPARSE, SPARSE_BLOCK, block_sparse
 from .custom import CUSTOM, custom, from_slices
 from .head_blocks import (  # noqa: F401
-    BLOCK_SPARSE_HEADS, GATE_MULTIPLE, HEAD_PATTERNS, VARIABLE_BLOCK_SPARSE_HEADS, HeadBlockMask, VariableBlockMask, block_sparse_heads,
-    kernel_takes, variable_block_sparse_heads)
+    BLOCK_SPARSE_HEADS, GATE_MULTIPLE, HEAD_PATTERNS, VARIABLE_BLOCK_SPARSE_HEADS, HeadBlockMask,
+    VariableBlockMask, block_sparse_heads, kernel_takes, variable_block_sparse_heads)
 from .patterns import (
     BLOCK,
     DOCUMENT_PATTERNS,

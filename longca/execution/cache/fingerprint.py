@@ -135,7 +135,6 @@ def problem_files(kernel: str, code: tuple[str, ...] = ()) -> list[Path]:
 def part_files(part: str, kernel: str) -> list[Path]:
     """The files one measurement of a kernel cell depends on: the problem's code, the part's own
     and the kernel's adapter."""
-
     return problem_files(kernel, PARTS[part].code)
 
 
@@ -145,7 +144,6 @@ def part_fingerprint(part: str, kernel: str) -> str:
 
 def kernel_files(kernel: str) -> list[Path]:
     """The files any measurement of a kernel cell depends on (the union of its parts')."""
-
     files = {f: None for part in PARTS for f in part_files(part, kernel)}
     return list(files)
 

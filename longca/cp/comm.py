@@ -67,11 +67,17 @@ class Comm:
 
     def all_to_all(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` is ``(W, ...)``: part j goes to rank j; returns ``(W, ...)`` with part j from rank j."""
+        out, works = self.start_all_to_all(x)
+        self.wait(works)
+        return out
+
+    def start_all_to_all(self, x: torch.Tensor):
+        """``all_to_all`` posted, not waited for: ``(out, works)``; ``out`` is valid after ``wait(works)``."""
         x = x.contiguous()
         out = torch.empty_like(x)
-        dist.all_to_all_single(out, x, group=self.group)
+        work = dist.all_to_all_single(out, x, group=self.group, async_op=True)
         self._count((self.size - 1) * x[0].numel() * x.element_size())
-        return out
+        return out, [work]
 
 
 def grid_groups(world: int, inner: int) -> tuple[list[list[int]], list[list[int]]]:

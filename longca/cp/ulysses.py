@@ -11,7 +11,6 @@ side on 4 × H200, chunks made the forward slower, not faster (docs/data/cp_ulys
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from . import a2a, register
 from .base import Unsupported
@@ -20,23 +19,13 @@ from .local import BlockAttention
 from .sequence_parallel import SequenceParallel
 
 
-def _start_all_to_all(comm: Comm, parts: torch.Tensor):
-    """``parts`` is ``(W, ...)``, part j for rank j: the all-to-all posted, ``(out, work)``; ``out``
-    holds part j from rank j once the work is waited for."""
-    parts = parts.contiguous()
-    out = torch.empty_like(parts)
-    work = dist.all_to_all_single(out, parts, group=comm.group, async_op=True)
-    comm._count((comm.size - 1) * parts[0].numel() * parts.element_size())
-    return out, work
-
-
 def _send_heads(comm: Comm, x: torch.Tensor, chunks: int, c: int):
     """Chunk ``c`` of every rank's heads of the sequence shard ``x`` ``(b, s, h, d)``, posted to the
-    ranks that attend them: ``(got, work)``, ``got`` ``(W, b, s, h / (W · chunks), d)``."""
+    ranks that attend them: ``(got, works)``, ``got`` ``(W, b, s, h / (W · chunks), d)``."""
     b, s, h, d = x.shape
     u = comm.size
     parts = x.view(b, s, u, chunks, h // (u * chunks), d)[:, :, :, c].permute(2, 0, 1, 3, 4)
-    return _start_all_to_all(comm, parts)
+    return comm.start_all_to_all(parts)
 
 
 def _as_head_shard(got: torch.Tensor) -> torch.Tensor:
@@ -47,10 +36,10 @@ def _as_head_shard(got: torch.Tensor) -> torch.Tensor:
 
 def _send_tokens(comm: Comm, x: torch.Tensor):
     """A head-shard chunk ``(b, W · s, hc, d)`` posted back to the ranks whose tokens it holds:
-    ``(got, work)``, ``got`` ``(W, b, s, hc, d)``: rank j's chunk of heads for this rank's tokens."""
+    ``(got, works)``, ``got`` ``(W, b, s, hc, d)``: rank j's chunk of heads for this rank's tokens."""
     b, total, hc, d = x.shape
     u = comm.size
-    return _start_all_to_all(comm, x.reshape(b, u, total // u, hc, d).permute(1, 0, 2, 3, 4))
+    return comm.start_all_to_all(x.reshape(b, u, total // u, hc, d).permute(1, 0, 2, 3, 4))
 
 
 def _place(into: torch.Tensor, got: torch.Tensor, chunks: int, c: int) -> None:
@@ -114,20 +103,20 @@ class Ulysses(SequenceParallel):
         leaving, kv_saved, q_saved = [], [], []
         for c in range(n):
             if c % per_kv == 0:
-                for _, work in kv_arriving[c // per_kv]:
-                    work.wait()
+                for _, works in kv_arriving[c // per_kv]:
+                    comm.wait(works)
                 kh, vh = (_as_head_shard(got) for got, _ in kv_arriving[c // per_kv])
                 kv_saved += [kh, vh]
-            got, work = q_arriving[c]
-            work.wait()
+            got, works = q_arriving[c]
+            comm.wait(works)
             qh = _as_head_shard(got)
             acc = block.new_accumulators(qh)
             block.forward(qh, kh, vh, self.pieces[0], acc, overlapped=True)
             out_c, lse_c = block.finish(acc, q.dtype)
             leaving.append(_send_tokens(comm, out_c))
             q_saved += [qh, out_c, lse_c]
-        for c, (got, work) in enumerate(leaving):
-            work.wait()
+        for c, (got, works) in enumerate(leaving):
+            comm.wait(works)
             _place(out, got, n, c)
         return out, tuple(kv_saved + q_saved)  # flat: autograd saves tensors
 
@@ -142,8 +131,8 @@ class Ulysses(SequenceParallel):
         for c in range(n):
             kh, vh = kv_saved[2 * (c // per_kv):2 * (c // per_kv) + 2]
             qh, out_c, lse_c = q_saved[3 * c:3 * c + 3]
-            got, work = arriving[c]
-            work.wait()
+            got, works = arriving[c]
+            comm.wait(works)
             dq_acc = block.new_dq(qh)
             share = block.backward(_as_head_shard(got), qh, kh, vh, out_c, block.backward_lse(lse_c),
                                    self.pieces[0], dq_acc, overlapped=True)
@@ -158,11 +147,11 @@ class Ulysses(SequenceParallel):
         b, s, hq, d = dout.shape
         dq = torch.empty_like(dout)
         dk, dv = (dout.new_empty((b, s, self.heads_kv_sent, d)) for _ in range(2))
-        for c, (got, work) in enumerate(dq_leaving):
-            work.wait()
+        for c, (got, works) in enumerate(dq_leaving):
+            comm.wait(works)
             _place(dq, got, n, c)
         for j, sent in enumerate(kv_leaving):
-            for into, (got, work) in zip((dk, dv), sent):
-                work.wait()
+            for into, (got, works) in zip((dk, dv), sent):
+                comm.wait(works)
                 _place(into, got, nkv, j)
         return dq, a2a.fold_kv(dk, self.rep), a2a.fold_kv(dv, self.rep)

@@ -42,8 +42,7 @@ def kernel_table(kernels: pd.DataFrame, tie: float) -> str:
         dense = f"{e['dense_kernel']} ({e['dense_ms']:.2f})" if e["dense_kernel"] else "—"
         speed = f"**{e['speedup']:.2f}×**" if e["speedup"] else "—"
         tied = ", ".join([e["kernel"], *e.get("tied", [])]) if e.get("tie") else (e["kernel"] or "—")
-        block = f"{key[1]}" if key[0] == "uniform" else f"{key[1]} ({key[0]})"
-        lines.append(f"| {block} | {key[2]} ({e['kept_actual']:.3f}) | {_k(key[3])} | {key[4]} | "
+        lines.append(f"| {sparse.block_label(key[0], key[1])} | {key[2]} ({e['kept_actual']:.3f}) | {_k(key[3])} | {key[4]} | "
                      + " | ".join(cells) + f" | {dense} | {speed} | {tied} |")
     return "\n".join(lines)
 

@@ -192,7 +192,7 @@ def sparse_answer(e: dict, row_ids: dict[str, str] | None = None) -> dict:
     """A ``sparse.answers`` entry as the sparse table shows it (numbers formatted, rows linked)."""
     shown = {k: e[k] for k in ("tiles", "block", "kept", "seqlen", "direction", "dtype", "kernel", "failed")}
     shown.update(kept_actual=f"{e['kept_actual']:.3f}", seqlen_label=seqlen_label(e["seqlen"]),
-                 block_label=f"{e['block']}" if e["tiles"] == "uniform" else f"{e['block']} ({e['tiles']})")
+                 block_label=sparse.block_label(e["tiles"], e["block"]))
     if e["kernel"] is None:
         return shown
     shown.update(tflops=fmt_number(e["tflops"]), ms=fmt_number(e["median_ms"], 3),

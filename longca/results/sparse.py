@@ -23,6 +23,11 @@ TILES = {BLOCK_SPARSE_HEADS: "uniform", VARIABLE_BLOCK_SPARSE_HEADS: "variable"}
 GROUP = ["tiles", "block", "kept", "seqlen", "direction", "dtype"]
 
 
+def block_label(tiles: str, block: int) -> str:
+    """How a group's block reads in a table: ``128``, or ``512 (variable)`` for variable tiles."""
+    return f"{block}" if tiles == TILES[BLOCK_SPARSE_HEADS] else f"{block} ({tiles})"
+
+
 def sparse_rows(kernels: pd.DataFrame) -> pd.DataFrame:
     """The rows of per-head block patterns, with ``tiles`` (``TILES``), ``block``, ``kept``
     (nominal) and ``kept_actual`` (the attended fraction, exactly) from the mask's resolved

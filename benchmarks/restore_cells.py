@@ -128,7 +128,7 @@ def part_values(row: dict, measured_at: str | None) -> dict[str, dict]:
                           "timed_load_1m": row.get("timed_load_1m"), "timed_library": row.get("timed_library")}
         if "parts_reused" in row:  # measured by the memory part
             values["memory"] = {"peak_mem_bytes": row.get("peak_mem_bytes"),
-                                **{c: row.get(c) for c in ("memory_at", "memory_on", "memory_library")}}
+                                **{c: row.get(c) for c in ("memory_at", "memory_on", "memory_library", "memory_via")}}
     return values
 
 

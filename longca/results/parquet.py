@@ -97,6 +97,7 @@ KERNEL_SCHEMA = pa.schema(
         ("memory_at", pa.string()),
         ("memory_on", pa.string()),
         ("memory_library", pa.string()),
+        ("memory_via", pa.string()),
         ("parts_reused", pa.string()),
         ("gate_wall_s", pa.float64()),
         ("time_wall_s", pa.float64()),

@@ -30,7 +30,7 @@ from ..cache import fingerprint
 from ..cache.store import Store
 from . import env, parts
 from .gate import gate_problem, measure_gate
-from .memory import measure_memory
+from .memory import CallReading, measure_memory
 from .timed import time_kernel
 
 STATUSES = ("ok", "unsupported", "oom", "wrong", "error", "timeout")
@@ -77,8 +77,8 @@ def _release(device: torch.device, collect: bool) -> None:
         torch.cuda.empty_cache()
 
 
-def _time(kernel: Kernel, problem, spec: "CellSpec") -> dict[str, Any]:
-    result, prepared = time_kernel(kernel, problem, **spec.timing.harness_args())
+def _time(kernel: Kernel, problem, spec: "CellSpec", memory: CallReading | None) -> dict[str, Any]:
+    result, prepared = time_kernel(kernel, problem, **spec.timing.harness_args(), memory=memory)
     timed = dataclasses.asdict(result)
     # A graph replay allocates nothing: the harness's peak says what earlier calls left behind, not
     # what the call needs.  The memory part measures that.
@@ -185,10 +185,13 @@ def run_cell(spec: CellSpec, store: Store | None = None) -> dict[str, Any]:
             if not gate["gate_ok"]:
                 failure = ("wrong", gate["gate_detail"])
             else:
-                row.update(cell_parts.get("time", lambda: _time(kernel, problem, spec)))
-                # The timing just made the cell's calls in this process: the memory part needs no warm call.
+                # A graphed timing reads the memory part off its own set-up and probe call; else the
+                # memory part makes a call of its own, warm already if the timing just ran here.
+                reading = CallReading(device) if device.type == "cuda" else None
+                row.update(cell_parts.get("time", lambda: _time(kernel, problem, spec, reading)))
                 warm = cell_parts.measured_now("time")
-                row.update(cell_parts.get("memory", lambda: measure_memory(kernel, problem, warm=warm)))
+                read = reading.part() if reading is not None and warm else None
+                row.update(cell_parts.get("memory", lambda: read or measure_memory(kernel, problem, warm=warm)))
                 row["tflops"] = row["flops"] / (row["median_ms"] * 1e-3) / 1e12
                 # Higher time quantile = lower throughput quantile.
                 row["tflops_p20"] = row["flops"] / (row["p80_ms"] * 1e-3) / 1e12

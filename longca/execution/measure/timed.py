@@ -18,15 +18,18 @@ import torch
 from ...attention.problem import Problem
 from ...kernels.base import Kernel
 from . import graphed, timing
+from .memory import CallReading
 
 
-def timed_call(kernel: Kernel, problem: Problem) -> tuple[Callable[[], object], dict[str, Any]]:
+def timed_call(kernel: Kernel, problem: Problem,
+               memory: CallReading | None = None) -> tuple[Callable[[], object], dict[str, Any]]:
     """The call a cell times on the full problem, and the kernel's prepared mask metadata (built
     here, untimed): the forward, or the backward through autograd of a forward made here (the
-    forward is not part of a backward timing).  benchmarks/bench_pipeline.py times this same call
-    with triton.testing.do_bench."""
-    q, k, v, grad_out = problem.make_inputs(requires_grad=True)
-    prepared = kernel.prepare(problem)
+    forward is not part of a backward timing).  ``memory`` reads the inputs' and ``prepare``'s
+    memory.  benchmarks/bench_pipeline.py times this same call with triton.testing.do_bench."""
+    with memory.setup() if memory else contextlib.nullcontext():
+        q, k, v, grad_out = problem.make_inputs(requires_grad=True)
+        prepared = kernel.prepare(problem)
     if problem.direction == "bwd":
         out = kernel.forward(q, k, v, prepared)
 
@@ -45,15 +48,17 @@ HOST_PROBE_MS = 10.0
 HOST_PROBE_CALLS = 10
 
 
-def _host_ms(run: Callable[[], object], device: torch.device) -> float:
+def _host_ms(run: Callable[[], object], device: torch.device, memory: CallReading | None = None) -> float:
     """CPU milliseconds to issue one eager call (``graphed.host_ms``), over as many calls (at most
     ``HOST_PROBE_CALLS``) as fit ``HOST_PROBE_MS`` of GPU time; a call longer than that is its own
-    probe: issued alone on an idle device, it is timed to its return and then waited for."""
-    torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    run()
-    issued = time.perf_counter()
-    torch.cuda.synchronize(device)
+    probe: issued alone on an idle device, it is timed to its return and then waited for.  That
+    first call is a warm call of the cell: ``memory`` reads what it needs."""
+    with memory.call() if memory else contextlib.nullcontext():
+        torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        run()
+        issued = time.perf_counter()
+        torch.cuda.synchronize(device)
     pace_ms = (time.perf_counter() - start) * 1e3
     if pace_ms >= HOST_PROBE_MS:
         return (issued - start) * 1e3
@@ -61,34 +66,43 @@ def _host_ms(run: Callable[[], object], device: torch.device) -> float:
 
 
 @contextlib.contextmanager
-def cell_call(kernel: Kernel, problem: Problem, warmup: int, cuda_graph: bool = False):
+def cell_call(kernel: Kernel, problem: Problem, warmup: int, cuda_graph: bool = False,
+              memory: CallReading | None = None):
     """The call a cell times, as it times it: yields ``(call, prepared, facts)``; time ``call``
     inside the block.
 
     ``cuda_graph`` (CUDA only): the block runs on a side stream; ``warmup`` eager calls (compilation,
-    plans, allocator growth) come first, then the call is captured in a CUDA graph and ``call``
-    replays it (``longca.execution.measure.graphed``).  ``facts``: ``timed_via`` (which way) and ``host_ms``
-    (what one eager call costs the CPU).  benchmarks/bench_pipeline.py times this same ``call``
-    with triton.testing.do_bench."""
+    plans, allocator growth) come first, then the host probe, then the call is captured in a CUDA
+    graph and ``call`` replays it (``longca.execution.measure.graphed``).  ``facts``: ``timed_via``
+    (which way) and ``host_ms`` (what one eager call costs the CPU).  ``memory`` (graphed cells):
+    reads the memory part off the set-up and the probe's first call (``memory.CallReading``).
+    benchmarks/bench_pipeline.py times this same ``call`` with triton.testing.do_bench."""
     stream = graphed.stream_for(problem.device, cuda_graph)
-    with graphed.on(stream):
-        run, prepared = timed_call(kernel, problem)
-        facts: dict[str, Any] = {}
-        call = run
-        if stream is not None:
-            for _ in range(max(warmup, 1)):
-                run()
-            facts["host_ms"] = _host_ms(run, problem.device)
-            replay, facts["timed_via"] = graphed.capture(run, stream)
-            call = replay or run
-        yield call, prepared, facts
+    memory = memory if stream is not None else None
+    try:
+        with graphed.on(stream):
+            run, prepared = timed_call(kernel, problem, memory)
+            facts: dict[str, Any] = {}
+            call = run
+            if stream is not None:
+                for _ in range(max(warmup, 1)):
+                    run()
+                facts["host_ms"] = _host_ms(run, problem.device, memory)
+                replay, facts["timed_via"] = graphed.capture(run, stream)
+                call = replay or run
+            yield call, prepared, facts
+    finally:
+        if memory is not None:
+            memory.close()
 
 
 def time_kernel(kernel: Kernel, problem: Problem, warmup: int, reps: int, warmup_ms: float = 0.0,
-                warmup_max_ms: float = 0.0, rep_ms: float = 0.0, cuda_graph: bool = False):
-    """Time forward or backward of the full problem; mask metadata is prepared untimed."""
+                warmup_max_ms: float = 0.0, rep_ms: float = 0.0, cuda_graph: bool = False,
+                memory: CallReading | None = None):
+    """Time forward or backward of the full problem; mask metadata is prepared untimed.  ``memory``:
+    see ``cell_call``."""
     warmup = max(warmup, kernel.min_warmup)
-    with cell_call(kernel, problem, warmup, cuda_graph) as (call, prepared, facts):
+    with cell_call(kernel, problem, warmup, cuda_graph, memory) as (call, prepared, facts):
         result = timing.measure(call, device=problem.device, warmup=warmup, reps=reps, warmup_ms=warmup_ms,
                                 warmup_max_ms=warmup_max_ms, rep_ms=rep_ms)
     return dataclasses.replace(result, **facts), prepared

@@ -30,7 +30,8 @@ from ..cache import fingerprint
 from ..cache.store import Store
 from . import env, parts
 from .gate import gate_problem, measure_gate
-from .memory import CallReading, measure_memory
+from .call_memory import CallReading
+from .memory import measure_memory
 from .timed import time_kernel
 
 STATUSES = ("ok", "unsupported", "oom", "wrong", "error", "timeout")

@@ -44,10 +44,13 @@ PARTS: dict[str, Part] = {p.name: p for p in (
     Part("gate", ("gate_seqlen",),
          ("attention/reference.py", "attention/masks/gate.py", "execution/measure/gate.py")),
     Part("time", timing_spec.names(),
-         ("execution/measure/timing.py", "execution/measure/graphed.py", "execution/measure/timed.py")),
-    # The memory is read off the timing's own calls where it can be (memory.CallReading, used in timed.py).
+         ("execution/measure/timing.py", "execution/measure/graphed.py", "execution/measure/timed.py",
+          "execution/measure/call_memory.py")),
+    # Read off the timing's own calls where it can be (call_memory.CallReading, in timed.py): the
+    # timing's code is the memory's too.
     Part("memory", (),
-         ("execution/measure/memory.py", "execution/measure/timed.py")),
+         ("execution/measure/memory.py", "execution/measure/call_memory.py", "execution/measure/timing.py",
+          "execution/measure/graphed.py", "execution/measure/timed.py")),
 )}
 
 

@@ -18,7 +18,7 @@ import torch
 from ...attention.problem import Problem
 from ...kernels.base import Kernel
 from . import graphed, timing
-from .memory import CallReading
+from .call_memory import CallReading
 
 
 def timed_call(kernel: Kernel, problem: Problem,

@@ -18,14 +18,15 @@ Comparing tables
     and its ratios to another CP table).
 Checking the measurement
     ``bench_pipeline.py`` (the workflow against a bare loop), ``bench_kernels.py`` (the harness against
-    a bare loop), ``timing_series.py`` (every timing sample), ``peak_memory.py`` and ``memory_order.py``
-    (what the memory figure counts), ``full_check.py`` (each kernel × mask at full size against a
+    a bare loop), ``timing_series.py`` (every timing sample), ``peak_memory.py``, ``memory_order.py``
+    and ``memory_ways.py`` (what the memory figure counts, and its two ways of reading it), ``full_check.py`` (each kernel × mask at full size against a
     float32 reference), ``cp_full_check.py`` (each CP strategy likewise), ``check_lse_ops.py`` (CP's
     local-kernel entry points).
 Costs of the tool itself
     ``bench_workflow.py`` (the workflow's overhead per cell), ``bench_masks.py`` (building masks),
-    ``bench_cp.py`` (CP strategies), ``bench_triton_block_sparse.py`` (LongCA's Triton kernel).
+    ``bench_cp.py`` (CP strategies), ``bench_triton_block_sparse.py`` (LongCA's Triton kernel),
+    ``cell_cost.py`` (what a kernel cell costs from nothing, part by part).
 
 Shared: ``workflow_config`` (the workflow's config as a run resolves it) and ``timing_series``'s cell
-names and settings (``memory_order``, ``peak_memory``).
+names and settings (``memory_order``, ``memory_ways``, ``peak_memory``).
 """

@@ -26,3 +26,18 @@ def test_each_cell_runs_as_configured_then_eagerly(tmp_path):
         assert r["peak_mem_bytes"] is None and r["allocated_before"] is None and r["allocated_after"] is None
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert sum(line.startswith("| sdpa/") for line in summary.splitlines()) == 4
+
+
+def test_memory_ways_measures_each_cell_both_ways(tmp_path):
+    """benchmarks/memory_ways.py on the CPU: each cell timed and measured; no allocator, no figure."""
+    from benchmarks import memory_ways
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY))
+    cells = ["sdpa/causal/float32_bwd_64", "sdpa/full/float32_fwd_64"]
+    assert memory_ways.main([str(tmp_path / "out"), "--budget-s", "60", "--configfile", str(config),
+                             "--cells", *cells]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "out" / "memory_ways.jsonl").read_text().splitlines()]
+    assert [r["cell"] for r in rows] == cells
+    assert all(r["status"] == "ok" and r["timing"] is None and r["own_call"] is None for r in rows)
+    assert "0 cells with both figures" in (tmp_path / "out" / "summary.md").read_text()

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from longca.results import tables
+
 KEY = ["kernel", "mask", "seqlen", "direction", "dtype"]
 PARTS = ["gate_wall_s", "time_wall_s", "memory_wall_s"]
 
@@ -47,11 +49,8 @@ def load(path: str) -> pd.DataFrame:
     for column in PARTS + ["parts_reused", "warmup_spent_ms", "median_ms", "reps"]:
         if column not in rows:
             rows[column] = None
-    ok = rows["status"] == "ok"
-    rows["gpu_s"] = ((rows["warmup_spent_ms"].astype(float).fillna(0.0)
-                      + rows["reps"].astype(float).fillna(0.0) * rows["median_ms"].astype(float).fillna(0.0))
-                     / 1e3).where(ok, 0.0)
-    rows["whole"] = rows["parts_reused"].isna()
+    rows["gpu_s"] = tables.gpu_work_s(rows)
+    rows["whole"] = tables.measured_whole(rows)
     return rows
 
 

@@ -36,3 +36,21 @@ def test_the_page_quotes_the_memory_comparison_and_the_estimate():
     quoted = (DATA / "cell_cost_run2.md").read_text()
     assert memory in quoted and cell_cost.estimate(rows, published) in quoted
     assert "4.12 h" in cell_cost.estimate(rows, published)
+
+
+H200 = DATA.parent / "from_nothing_2xh200_2026-11-28"
+
+
+def test_the_2xh200_page_quotes_what_cell_cost_computes_from_its_rows():
+    rows = cell_cost.load(str(H200 / "kernels.parquet"))
+    text = cell_cost.totals(rows)
+    assert "cells: 1344, measured whole: 1344 (1128 ok, 216 unsupported)" in text
+    assert "mean cell wall: 0.563 s" in text and "wall / GPU work: 1.80" in text
+    assert (rows.loc[rows["status"] == "ok", "memory_via"] == "timing").all()
+    page = (H200 / "README.md").read_text()
+    quoted = (H200 / "cell_cost.md").read_text()
+    assert text in quoted and "**1,344 cells in 431 s**" in page
+    published = cell_cost.load(str(DATA.parents[1] / "results" / "h200_2026-11-23" / "kernels.parquet"))
+    memory = cell_cost.memory_against(rows, published)
+    assert "1128 cells; byte-identical 875 (78%); within 1 % 1126 (100%)" in memory and memory in quoted
+    assert "2.17 h" in cell_cost.estimate(rows, published)

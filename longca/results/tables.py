@@ -595,12 +595,50 @@ def _distinct(df: pd.DataFrame, column: str) -> list:
     return sorted({v for v in df[column].dropna()}) if column in df else []
 
 
+def gpu_work_s(rows: pd.DataFrame) -> pd.Series:
+    """Each row's GPU work in seconds: what an ok cell's timing exists for, its warm-up
+    (``warmup_spent_ms``) and its timed calls (``reps`` x ``median_ms``); 0 for any other row.
+    Everything else a cell's wall holds (the gate, inputs and ``prepare``, the eager calls before
+    capture, the memory part, building the problem) is what measuring costs beyond it."""
+    def column(name: str) -> pd.Series:
+        return pd.to_numeric(rows[name], errors="coerce").fillna(0.0) if name in rows else pd.Series(0.0, index=rows.index)
+    work = (column("warmup_spent_ms") + column("reps") * column("median_ms")) / 1e3
+    return work.where(rows["status"] == "ok", 0.0)
+
+
+def measured_whole(rows: pd.DataFrame) -> pd.Series:
+    """Rows whose every part was measured by their own job (none taken from the store, and an ok
+    row's timing wall recorded): what a cell costs from nothing."""
+    if "parts_reused" not in rows or "wall_s" not in rows or "time_wall_s" not in rows:
+        return pd.Series(False, index=rows.index)
+    timed = rows["time_wall_s"].notna() | (rows["status"] != "ok")
+    return rows["parts_reused"].isna() & rows["wall_s"].notna() & timed
+
+
+def cost_note(kernels: pd.DataFrame) -> str | None:
+    """What the table's cells cost to measure, from the rows measured whole: their count, mean wall
+    and GPU work, and how many rows took parts from the store (None: no row measured whole)."""
+    whole = kernels[measured_whole(kernels)]
+    if not len(whole):
+        return None
+    ok = whole[whole["status"] == "ok"]
+    wall, gpu = whole["wall_s"].astype(float), gpu_work_s(ok)
+    reused = int(kernels["parts_reused"].notna().sum()) if "parts_reused" in kernels else 0
+    ratio = f" ({wall.sum() / gpu.sum():.2f}× their GPU work)" if gpu.sum() > 0 else ""
+    return (f"What measuring cost: {len(whole)} cells were measured whole ({len(ok)} ok), {wall.mean():.2f} s "
+            f"of wall a cell on average, {wall.sum():.0f} s in all{ratio}; an ok cell's GPU work is its "
+            f"warm-up and timed calls ({gpu.mean() if len(ok) else 0:.2f} s on average)."
+            + (f" {reused} rows took parts from the store and are not counted." if reused else ""))
+
+
 def provenance_notes(kernels: pd.DataFrame, ceilings: dict | None = None, cp: pd.DataFrame | None = None,
                      tie_margin: float = 0.0) -> list[str]:
     """Where the ok rows of a table come from different runs or conditions, one sentence each:
     the report shows them above its answers, so a reader compares only what is comparable.
     ``cp``: the CP table with its efficiencies (``cp_table``)."""
     notes = _cp_efficiency_notes(cp, tie_margin)
+    cost = cost_note(kernels) if len(kernels) else None
+    notes += [cost] if cost else []
     ok = kernels[kernels["status"] == "ok"] if len(kernels) else kernels
     if not len(ok):
         return notes

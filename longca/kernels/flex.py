@@ -1,8 +1,8 @@
 """FlexAttention: one ``torch.compile``d kernel for every mask, driven by a ``BlockMask``.
 
 The ``BlockMask`` is built from the mask's slices (``longca.attention.mask_convert.block_mask``, cached) in
-``prepare``, outside the timed region, and the compiled function is warmed on the problem's shape
-there too, so neither compilation nor block-mask construction is ever timed.  Tiles the mask does
+``prepare``, outside the timed region; the compiled function compiles for the problem's shape on the
+cell's first call (``min_warmup``), which is never timed.  Tiles the mask does
 not touch are skipped by the kernel, so on a ``block_sparse`` mask this *is* block-sparse
 FlexAttention, with FLOPs counted on the attended pairs only.
 
@@ -83,11 +83,11 @@ class FlexAttention(Kernel):
 
     def prepare(self, problem: Problem) -> dict[str, Any]:
         no_silent_fallback()
-        prepared = self._prepared(problem)
-        # Compile for this exact shape and memory layout now (untimed).
-        q, k, v, _ = problem.make_inputs(requires_grad=False)
-        self.forward(q, k, v, prepared)
-        return prepared
+        # Nothing is compiled here: the cell's first call does it, untimed (the gate's call, the
+        # timing's eager call before capture).  A forward made here on inputs that do not require
+        # grad compiled an inference graph that no timed call uses (dynamo guards on requires_grad):
+        # one compilation more for every shape, paid in every measuring process.
+        return self._prepared(problem)
 
     def _prepared(self, problem: Problem) -> dict[str, Any]:
         device = problem.device

@@ -54,3 +54,12 @@ def test_the_2xh200_page_quotes_what_cell_cost_computes_from_its_rows():
     memory = cell_cost.memory_against(rows, published)
     assert "1128 cells; byte-identical 875 (78%); within 1 % 1126 (100%)" in memory and memory in quoted
     assert "2.17 h" in cell_cost.estimate(rows, published)
+
+
+def test_the_flex_prepare_ab_quotes_its_rows():
+    old, new = (cell_cost.load(str(H200 / f"flex_ab_{side}.parquet")) for side in ("old", "new"))
+    quoted = (H200 / "flex_ab.md").read_text()
+    both = cell_cost.side_by_side(old, new, ("old (prepare compiles)", "new"))
+    assert both in quoted and "| all | 130 | 1.148 | 1.038 | 0.90 |" in both
+    assert "cells: 162, measured whole: 162" in cell_cost.totals(new)
+    assert "ratio 0.6536-0.8561" in cell_cost.memory_against(new, old)

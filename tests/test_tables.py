@@ -403,3 +403,29 @@ def test_best_kernel_ratios_compare_the_fastest_kernel_among_those_both_measured
     assert (row["kernel_a"], row["tflops_a"], row["kernel_b"], row["tflops_b"]) == ("k1", 100.0, "k2", 120.0)
     assert row["ratio"] == pytest.approx(1.2) and row["kernels"] == 2
     assert tables.best_kernel_ratios(tables.device_ratios(a, b.iloc[0:0])).empty
+
+
+# --- what measuring cost ------------------------------------------------------------------------
+
+
+def test_gpu_work_is_an_ok_cells_warm_up_and_timed_calls():
+    rows = _rows({"status": "ok", "warmup_spent_ms": 25.0, "reps": 10, "median_ms": 10.0},
+                 {"status": "unsupported", "warmup_spent_ms": None, "reps": None, "median_ms": None})
+    assert tables.gpu_work_s(rows).tolist() == [0.125, 0.0]
+
+
+def test_the_cost_note_counts_only_rows_measured_whole():
+    whole = {"parts_reused": None, "time_wall_s": 0.2}
+    rows = _rows({**whole, "status": "ok", "wall_s": 0.3, "warmup_spent_ms": 25.0, "reps": 10, "median_ms": 10.0},
+                 {**whole, "status": "ok", "wall_s": 0.5, "warmup_spent_ms": 75.0, "reps": 10, "median_ms": 10.0},
+                 {**whole, "status": "unsupported", "wall_s": 0.1, "time_wall_s": None},
+                 {"parts_reused": "gate,time", "time_wall_s": None, "status": "ok", "wall_s": 0.05,
+                  "warmup_spent_ms": 25.0, "reps": 10, "median_ms": 10.0},
+                 {"parts_reused": None, "time_wall_s": None, "status": "ok", "wall_s": 9.0,  # before part walls
+                  "warmup_spent_ms": 25.0, "reps": 10, "median_ms": 10.0})
+    assert tables.measured_whole(rows).tolist() == [True, True, True, False, False]
+    note = tables.cost_note(rows)
+    assert "3 cells were measured whole (2 ok), 0.30 s of wall a cell on average, 1 s in all (3.00× their GPU " \
+           "work)" in note and "(0.15 s on average)" in note and "from the store, not counted: 1." in note
+    assert note in tables.provenance_notes(rows.assign(device_name="GPU", kernel="k", dtype="bfloat16"))
+    assert tables.cost_note(rows.iloc[3:]) is None

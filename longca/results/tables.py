@@ -628,7 +628,7 @@ def cost_note(kernels: pd.DataFrame) -> str | None:
     return (f"What measuring cost: {len(whole)} cells were measured whole ({len(ok)} ok), {wall.mean():.2f} s "
             f"of wall a cell on average, {wall.sum():.0f} s in all{ratio}; an ok cell's GPU work is its "
             f"warm-up and timed calls ({gpu.mean() if len(ok) else 0:.2f} s on average)."
-            + (f" {reused} rows took parts from the store and are not counted." if reused else ""))
+            + (f" Rows that took parts from the store, not counted: {reused}." if reused else ""))
 
 
 def provenance_notes(kernels: pd.DataFrame, ceilings: dict | None = None, cp: pd.DataFrame | None = None,

@@ -38,7 +38,7 @@ def timed_call(kernel: Kernel, problem: Problem,
     else:
         # Inputs require grad, as in training: kernels that save softmax statistics do so here too.
         # The upstream gradient lives as long as the call, as in the memory part's own call, whose
-        # figure counts it (a forward cell's read off the timing was 256 MiB short at 16K without it).
+        # figure counts it: read off the timing, a forward's figure would lack it.
         inputs = (q, k, v, grad_out)
 
         def run():
@@ -80,7 +80,7 @@ def cell_call(kernel: Kernel, problem: Problem, warmup: int, cuda_graph: bool = 
     plans, allocator growth) come first, then the host probe, then the call is captured in a CUDA
     graph and ``call`` replays it (``longca.execution.measure.graphed``).  ``facts``: ``timed_via``
     (which way) and ``host_ms`` (what one eager call costs the CPU).  ``memory`` (graphed cells):
-    reads the memory part off the set-up and the probe's first call (``memory.CallReading``).
+    reads the memory part off the set-up and the probe's first call (``call_memory.CallReading``).
     benchmarks/bench_pipeline.py times this same ``call`` with triton.testing.do_bench."""
     stream = graphed.stream_for(problem.device, cuda_graph)
     memory = memory if stream is not None else None

@@ -426,6 +426,6 @@ def test_the_cost_note_counts_only_rows_measured_whole():
     assert tables.measured_whole(rows).tolist() == [True, True, True, False, False]
     note = tables.cost_note(rows)
     assert "3 cells were measured whole (2 ok), 0.30 s of wall a cell on average, 1 s in all (3.00× their GPU " \
-           "work)" in note and "(0.15 s on average)" in note and "from the store, not counted: 1." in note
+           "work)" in note and "(0.15 s on average)" in note and "recorded each part's wall): 2." in note
     assert note in tables.provenance_notes(rows.assign(device_name="GPU", kernel="k", dtype="bfloat16"))
     assert tables.cost_note(rows.iloc[2:]) is None  # no ok row measured whole

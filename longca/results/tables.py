@@ -617,18 +617,19 @@ def measured_whole(rows: pd.DataFrame) -> pd.Series:
 
 def cost_note(kernels: pd.DataFrame) -> str | None:
     """What the table's cells cost to measure, from the rows measured whole: their count, mean wall
-    and GPU work, and how many rows took parts from the store (None: no ok row measured whole)."""
+    and GPU work, and how many rows are left out (None: no ok row measured whole)."""
     whole = kernels[measured_whole(kernels)]
     ok = whole[whole["status"] == "ok"]
     if not len(ok):
         return None
     wall, gpu = whole["wall_s"].astype(float), gpu_work_s(ok)
-    reused = int(kernels["parts_reused"].notna().sum())
+    left_out = len(kernels) - len(whole)
     ratio = f" ({wall.sum() / gpu.sum():.2f}× their GPU work)" if gpu.sum() > 0 else ""
     return (f"What measuring cost: {len(whole)} cells were measured whole ({len(ok)} ok), {wall.mean():.2f} s "
             f"of wall a cell on average, {wall.sum():.0f} s in all{ratio}; an ok cell's GPU work is its "
             f"warm-up and timed calls ({gpu.mean():.2f} s on average)."
-            + (f" Rows that took parts from the store, not counted: {reused}." if reused else ""))
+            + (f" Rows not counted (parts taken from the store, or measured before rows recorded each part's "
+               f"wall): {left_out}." if left_out else ""))
 
 
 def provenance_notes(kernels: pd.DataFrame, ceilings: dict | None = None, cp: pd.DataFrame | None = None,

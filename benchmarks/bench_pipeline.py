@@ -67,6 +67,7 @@ from pathlib import Path
 
 import yaml
 
+from benchmarks.timing_series import kernel_and_problem
 from benchmarks.workflow_config import REPO, merged, resolved
 
 from longca import config as longca_config
@@ -174,9 +175,7 @@ def bare_cell(spec, harness: bool = False) -> dict:
     from longca.execution.measure.timed import cell_call
 
     try:
-        kernel = kernels.get(spec.kernel).with_options(spec.kernel_options)
-        problem = spec.problem()
-        reason = kernel.supports(problem)
+        kernel, problem, reason = kernel_and_problem(spec)
         if reason:
             return {"status": "unsupported", "reason": reason}
         ok, _, _, detail = correctness_gate(kernel, gate_problem(problem, spec.gate_seqlen))

@@ -19,14 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.timing_series import cell_probe_parser, specs  # the same cell names and settings
-
-MIB = 2 ** 20
+from benchmarks.timing_series import cell_probe_parser, kernel_and_problem, mib_text, specs
 
 
 def measure_in_order(configfile: Path, cells: list[str], budget_s: float) -> list[dict]:
     """In this process: each cell's memory part, in order, until the budget is spent."""
-    from longca import kernels
     from longca.execution.measure.cell import is_oom
     from longca.execution.measure.memory import measure_memory
 
@@ -36,9 +33,7 @@ def measure_in_order(configfile: Path, cells: list[str], budget_s: float) -> lis
             break
         row = {"cell": name, "position": position}
         try:
-            kernel = kernels.get(spec.kernel).with_options(spec.kernel_options)
-            problem = spec.problem()
-            reason = kernel.supports(problem)
+            kernel, problem, reason = kernel_and_problem(spec)
             row.update({"status": "unsupported", "reason": reason} if reason else
                        {"status": "ok", **measure_memory(kernel, problem)})
         except Exception as exc:  # noqa: BLE001 — a row per cell, whatever happens
@@ -54,10 +49,6 @@ def _child(configfile: Path, cells: list[str], budget_s: float) -> list[dict]:
     out = subprocess.run([sys.executable, "-c", script, str(configfile), json.dumps(cells), str(budget_s)],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.splitlines()[-1])
-
-
-def _mib(value) -> str:
-    return "–" if value is None else f"{value / MIB:,.1f}"
 
 
 def main(argv=None) -> int:
@@ -81,7 +72,7 @@ def main(argv=None) -> int:
         pa, pb = a.get("peak_mem_bytes"), b.get("peak_mem_bytes")
         ratio = f"{pb / pa:.4f}" if pa and pb else "–"
         lines.append(f"| {cell} | {a['status']} / {b['status']} | {a['position']} / {b['position']} | "
-                     f"{_mib(pa)} | {_mib(pb)} | {ratio} |")
+                     f"{mib_text(pa)} | {mib_text(pb)} | {ratio} |")
     (args.outdir / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

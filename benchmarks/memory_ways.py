@@ -16,23 +16,18 @@ from __future__ import annotations
 import json
 import time
 
-from benchmarks.timing_series import cell_probe_parser, specs  # the same cell names and settings
-
-MIB = 2 ** 20
+from benchmarks.timing_series import cell_probe_parser, kernel_and_problem, mib_text, specs
 
 
 def measure_both(spec) -> dict:
     """One cell's memory part read off its timing, then from a call of its own."""
-    from longca import kernels
     from longca.execution.measure.call_memory import CallReading
     from longca.execution.measure.cell import is_oom
     from longca.execution.measure.memory import measure_memory
     from longca.execution.measure.timed import time_kernel
 
     try:
-        kernel = kernels.get(spec.kernel).with_options(spec.kernel_options)
-        problem = spec.problem()
-        reason = kernel.supports(problem)
+        kernel, problem, reason = kernel_and_problem(spec)
         if reason:
             return {"status": "unsupported", "reason": reason}
         reading = CallReading(problem.device) if problem.device.type == "cuda" else None
@@ -49,16 +44,12 @@ def measure_both(spec) -> dict:
         return {"status": "oom" if is_oom(exc) else "error", "reason": f"{type(exc).__name__}: {exc}"}
 
 
-def _mib(value) -> str:
-    return "–" if value is None else f"{value / MIB:,.1f}"
-
-
 def summary(rows: list[dict]) -> str:
     lines = ["| cell | status | MiB read off the timing | MiB own call | ratio |", "| --- | --- | --- | --- | --- |"]
     both = [r for r in rows if r.get("timing") and r.get("own_call")]
     for r in rows:
         a, b = r.get("timing"), r.get("own_call")
-        lines.append(f"| {r['cell']} | {r['status']} | {_mib(a)} | {_mib(b)} | {f'{a / b:.4f}' if a and b else '–'} |")
+        lines.append(f"| {r['cell']} | {r['status']} | {mib_text(a)} | {mib_text(b)} | {f'{a / b:.4f}' if a and b else '–'} |")
     same = sum(r["timing"] == r["own_call"] for r in both)
     within = sum(abs(r["timing"] / r["own_call"] - 1) <= 0.01 for r in both)
     lines.append(f"\n{len(both)} cells with both figures: byte-identical {same}, within 1 % {within}")

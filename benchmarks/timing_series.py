@@ -62,6 +62,24 @@ def specs(configfile: Path, names: list[str]) -> list:
             for c in cells]
 
 
+def kernel_and_problem(spec) -> tuple:
+    """A named cell's kernel (with its options), its problem, and why the kernel cannot run it (None:
+    it can): what every probe of named cells builds first."""
+    from longca import kernels
+
+    kernel = kernels.get(spec.kernel).with_options(spec.kernel_options)
+    problem = spec.problem()
+    return kernel, problem, kernel.supports(problem)
+
+
+MIB = 2 ** 20
+
+
+def mib_text(value) -> str:
+    """Bytes as MiB for a probe's table ('–' for none)."""
+    return "–" if value is None else f"{value / MIB:,.1f}"
+
+
 def samples_do_bench(call, device, rep_ms: float) -> list[float]:
     if device.type == "cuda":
         import triton.testing

@@ -10,7 +10,7 @@ read too little (once below zero).
 from __future__ import annotations
 
 import gc
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any, Iterator
 
 import torch
@@ -65,12 +65,11 @@ class CallReading:
         self.device = device
         self._setup: Window | None = None
         self._call: Window | None = None
-        self._collector_was_on: bool | None = None  # set while the reading keeps the collector off
+        self._quiet = ExitStack()  # holds collector_quiet() from the set-up until close()
 
     @contextmanager
     def setup(self) -> Iterator[None]:
-        self._collector_was_on = gc.isenabled()
-        gc.disable()
+        self._quiet.enter_context(collector_quiet())
         with Window(self.device) as window:
             yield
         self._setup = window
@@ -89,9 +88,7 @@ class CallReading:
 
     def close(self) -> None:
         """The collector back on (idempotent): the reading is over, or the timing ended first."""
-        if self._collector_was_on:
-            gc.enable()
-        self._collector_was_on = None
+        self._quiet.close()
 
     def part(self) -> dict[str, Any] | None:
         if self._setup is None or self._call is None:

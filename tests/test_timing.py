@@ -129,6 +129,47 @@ def test_budget_warmup_goes_on_until_the_pace_is_steady(clock):
     assert 0.019 <= warm.per_call_ms / 1e3 <= 0.026
 
 
+def test_with_no_counted_calls_a_slow_first_call_keeps_the_warm_up_going(clock):
+    """A graph's replays come after the eager calls that paid one-time costs, so the warm-up makes
+    no untimed call; a first replay slower than the rest (graph upload) only makes its window
+    disagree with the next one."""
+    for first_s, made in ((0.1, 2), (0.5, 3)):  # steady from the start: two windows of one call
+        calls = []
+
+        def run():
+            calls.append(None)
+            clock.sleep(first_s if len(calls) == 1 else 0.1)
+
+        warm = timing.warm_up_until_steady(run, device=torch.device("cpu"), calls=0, min_ms=0, max_ms=5000)
+        assert warm.calls == len(calls) == made
+        assert warm.steady is True and warm.per_call_ms == pytest.approx(100)
+
+
+def test_a_graphed_cell_makes_no_untimed_replay(monkeypatch):
+    """time_kernel: the eager calls before capture are the counted warm-up of a graphed cell, so
+    the timing harness is told to make none; an eager cell's harness makes them."""
+    import contextlib
+
+    from longca.execution.measure import timed
+
+    asked = []
+    monkeypatch.setattr(timed.timing, "measure", lambda call, **kw: asked.append(kw["warmup"]) or
+                        timing.summarize([1.0]))
+
+    def fake_cell_call(facts):
+        @contextlib.contextmanager
+        def cell_call(kernel, problem, warmup, cuda_graph, memory):
+            yield (lambda: None), {}, dict(facts)
+        return cell_call
+
+    kernel = type("K", (), {"min_warmup": 1})()
+    problem = type("P", (), {"device": torch.device("cpu")})()
+    for facts, expected in (({"timed_via": "graph", "host_ms": 0.1}, 0), ({}, 3)):
+        monkeypatch.setattr(timed, "cell_call", fake_cell_call(facts))
+        timed.time_kernel(kernel, problem, warmup=3, reps=5, cuda_graph=bool(facts))
+        assert asked[-1] == expected
+
+
 def test_the_first_cell_after_idle_warms_up_long_and_the_next_one_short(clock):
     """After idling, a GPU runs at boost clocks for a while, steadily: two agreeing windows cannot
     tell that plateau from the sustained state, so the first cell warms up for warmup_max_ms; a

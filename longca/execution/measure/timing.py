@@ -10,8 +10,8 @@ Two ways to decide how long to warm up and how often to repeat:
 * by count (CP cells, CPU cells): ``warmup`` calls, then more until ``warmup_ms`` have passed, then
   ``reps`` timed calls;
 * by time budget (kernel cells on a GPU; ``warmup_max_ms`` > 0), like ``triton.testing.do_bench``
-  but with a warm-up that ends when the device is in its sustained state: after ``warmup`` calls,
-  windows of calls are timed until two successive windows agree within ``STEADY_TOLERANCE`` and
+  but with a warm-up that ends when the device is in its sustained state: after ``warmup`` calls
+  (none for a CUDA graph's replays: the eager calls before capture made them), windows of calls are timed until two successive windows agree within ``STEADY_TOLERANCE`` and
   ``warmup_ms`` have passed (or ``warmup_max_ms`` is reached: the row then says not steady); the
   timed repetitions are then at least ``reps`` and enough to fill ``rep_ms``.  Two windows that
   agree catch what settles within a cell (allocator growth, caches, autotuning, a clock ramp), but
@@ -199,15 +199,15 @@ def _counted_warm_up(run, *, device: torch.device, calls: int, min_ms: float, se
 def warm_up_until_steady(run: Callable[[], object], *, device: torch.device, calls: int, min_ms: float,
                          max_ms: float, setup: Callable[[], object] | None = None,
                          tolerance: float = STEADY_TOLERANCE) -> WarmUp:
-    """``calls`` calls (one-time costs: plans, compilation), then timed windows of calls until two
-    successive windows' pace agrees within ``tolerance`` and ``min_ms`` have passed, or until
-    ``max_ms`` have passed (then ``steady`` is False)."""
+    """``calls`` calls (one-time costs: plans, compilation; 0 when they were made already), then timed
+    windows of calls until two successive windows' pace agrees within ``tolerance`` and ``min_ms``
+    have passed, or until ``max_ms`` have passed (then ``steady`` is False)."""
     start = time.perf_counter()
-    for _ in range(max(calls, 1)):
+    for _ in range(calls):
         if setup:
             setup()
         run()
-    made = max(calls, 1)
+    made = calls
     previous = None
     pace = _timed_window(run, device, 1, setup)
     made += 1

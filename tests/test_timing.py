@@ -145,16 +145,32 @@ def test_with_no_counted_calls_a_slow_first_call_keeps_the_warm_up_going(clock):
         assert warm.steady is True and warm.per_call_ms == pytest.approx(100)
 
 
+def test_a_previous_window_of_the_same_work_can_end_the_warm_up_at_the_first(clock):
+    """A graph's first replay is compared with the probe's one eager call of the same work: agreeing,
+    the warm-up is that one replay; disagreeing (a host-bound eager call), it goes on as before."""
+    for probe_ms, made in ((100.4, 1), (130.0, 2)):
+        calls = []
+
+        def run():
+            calls.append(None)
+            clock.sleep(0.1)
+
+        warm = timing.warm_up_until_steady(run, device=torch.device("cpu"), calls=0, min_ms=0, max_ms=5000,
+                                           previous_ms=probe_ms)
+        assert warm.calls == len(calls) == made and warm.steady is True
+
+
 def test_a_graphed_cell_makes_no_untimed_replay(monkeypatch):
     """time_kernel: the eager calls before capture are the counted warm-up of a graphed cell, so
-    the timing harness is told to make none; an eager cell's harness makes them."""
+    the timing harness is told to make none, and gets the probe's pace when it was one call; an
+    eager cell's harness makes them."""
     import contextlib
 
     from longca.execution.measure import timed
 
     asked = []
-    monkeypatch.setattr(timed.timing, "measure", lambda call, **kw: asked.append(kw["warmup"]) or
-                        timing.summarize([1.0]))
+    monkeypatch.setattr(timed.timing, "measure", lambda call, **kw: asked.append((kw["warmup"], kw["previous_ms"]))
+                        or timing.summarize([1.0]))
 
     def fake_cell_call(facts):
         @contextlib.contextmanager
@@ -164,10 +180,13 @@ def test_a_graphed_cell_makes_no_untimed_replay(monkeypatch):
 
     kernel = type("K", (), {"min_warmup": 1})()
     problem = type("P", (), {"device": torch.device("cpu")})()
-    for facts, expected in (({"timed_via": "graph", "host_ms": 0.1}, 0), ({}, 3)):
+    for facts, expected in (({"timed_via": "graph", "host_ms": 0.1, "probe_pace_ms": 40.0}, (0, 40.0)),
+                            ({"timed_via": "graph", "host_ms": 0.1, "probe_pace_ms": None}, (0, None)),
+                            ({}, (3, None))):
         monkeypatch.setattr(timed, "cell_call", fake_cell_call(facts))
-        timed.time_kernel(kernel, problem, warmup=3, reps=5, cuda_graph=bool(facts))
+        result, _ = timed.time_kernel(kernel, problem, warmup=3, reps=5, cuda_graph=bool(facts))
         assert asked[-1] == expected
+        assert result.timed_via == facts.get("timed_via")   # the probe's pace is not a row field
 
 
 def test_the_first_cell_after_idle_warms_up_long_and_the_next_one_short(clock):

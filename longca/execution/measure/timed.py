@@ -53,21 +53,23 @@ HOST_PROBE_MS = 10.0
 HOST_PROBE_CALLS = 10
 
 
-def _host_ms(run: Callable[[], object], device: torch.device, memory: CallReading | None = None) -> float:
+def _host_probe(run: Callable[[], object], device: torch.device,
+                memory: CallReading | None = None) -> tuple[float, float | None]:
     """CPU milliseconds to issue one eager call (``graphed.host_ms``), over as many calls (at most
     ``HOST_PROBE_CALLS``) as fit ``HOST_PROBE_MS`` of GPU time; a call longer than that is its own
-    probe: issued alone on an idle device, it is timed to its return and then waited for.  That
-    first call is a warm call of the cell: ``memory`` reads what it needs."""
+    probe: issued alone on an idle device, it is timed to its return and then waited for, and its
+    pace (ms, second of the pair) is a window of one call the warm-up can compare its first with.
+    That first call is a warm call of the cell: ``memory`` reads what it needs."""
     with memory.call() if memory else contextlib.nullcontext():
         torch.cuda.synchronize(device)
         start = time.perf_counter()
         run()
         issued = time.perf_counter()
         torch.cuda.synchronize(device)
-    pace_ms = (time.perf_counter() - start) * 1e3
+        pace_ms = (time.perf_counter() - start) * 1e3
     if pace_ms >= HOST_PROBE_MS:
-        return (issued - start) * 1e3
-    return graphed.host_ms(run, device, calls=max(1, min(HOST_PROBE_CALLS, int(HOST_PROBE_MS // pace_ms))))
+        return (issued - start) * 1e3, pace_ms
+    return graphed.host_ms(run, device, calls=max(1, min(HOST_PROBE_CALLS, int(HOST_PROBE_MS // pace_ms)))), None
 
 
 @contextlib.contextmanager
@@ -79,7 +81,8 @@ def cell_call(kernel: Kernel, problem: Problem, warmup: int, cuda_graph: bool = 
     ``cuda_graph`` (CUDA only): the block runs on a side stream; ``warmup`` eager calls (compilation,
     plans, allocator growth) come first, then the host probe, then the call is captured in a CUDA
     graph and ``call`` replays it (``longca.execution.measure.graphed``).  ``facts``: ``timed_via``
-    (which way) and ``host_ms`` (what one eager call costs the CPU).  ``memory`` (graphed cells):
+    (which way), ``host_ms`` (what one eager call costs the CPU) and ``probe_pace_ms`` (the probe's
+    one call, when it was long enough to be its own probe; else None).  ``memory`` (graphed cells):
     reads the memory part off the set-up and the probe's first call (``call_memory.CallReading``).
     benchmarks/bench_pipeline.py times this same ``call`` with triton.testing.do_bench."""
     stream = graphed.stream_for(problem.device, cuda_graph)
@@ -92,7 +95,7 @@ def cell_call(kernel: Kernel, problem: Problem, warmup: int, cuda_graph: bool = 
             if stream is not None:
                 for _ in range(max(warmup, 1)):
                     run()
-                facts["host_ms"] = _host_ms(run, problem.device, memory)
+                facts["host_ms"], facts["probe_pace_ms"] = _host_probe(run, problem.device, memory)
                 replay, facts["timed_via"] = graphed.capture(run, stream)
                 call = replay or run
             yield call, prepared, facts
@@ -109,9 +112,12 @@ def time_kernel(kernel: Kernel, problem: Problem, warmup: int, reps: int, warmup
     warmup = max(warmup, kernel.min_warmup)
     with cell_call(kernel, problem, warmup, cuda_graph, memory) as (call, prepared, facts):
         # Graph mode made the ``warmup`` calls (one-time costs) before capture: a replay compiles
-        # nothing, so the steadiness windows start at once.  A first replay slower than the next
-        # (graph upload) makes its window disagree, and the warm-up goes on.
+        # nothing, so the steadiness windows start at once, the first compared with the probe's
+        # call where that was one call of the same work on an idle device.  A first replay slower
+        # than the probe or the next (graph upload, host-bound eager issue) makes its window
+        # disagree, and the warm-up goes on.
         counted = 0 if "timed_via" in facts else warmup
         result = timing.measure(call, device=problem.device, warmup=counted, reps=reps, warmup_ms=warmup_ms,
-                                warmup_max_ms=warmup_max_ms, rep_ms=rep_ms)
+                                warmup_max_ms=warmup_max_ms, rep_ms=rep_ms,
+                                previous_ms=facts.pop("probe_pace_ms", None))
     return dataclasses.replace(result, **facts), prepared

@@ -11,7 +11,8 @@ Two ways to decide how long to warm up and how often to repeat:
   ``reps`` timed calls;
 * by time budget (kernel cells on a GPU; ``warmup_max_ms`` > 0), like ``triton.testing.do_bench``
   but with a warm-up that ends when the device is in its sustained state: after ``warmup`` calls
-  (none for a CUDA graph's replays: the eager calls before capture made them), windows of calls are timed until two successive windows agree within ``STEADY_TOLERANCE`` and
+  (none for a CUDA graph's replays: the eager calls before capture made them, and the first window
+  is compared with the host probe's call where that was one call), windows of calls are timed until two successive windows agree within ``STEADY_TOLERANCE`` and
   ``warmup_ms`` have passed (or ``warmup_max_ms`` is reached: the row then says not steady); the
   timed repetitions are then at least ``reps`` and enough to fill ``rep_ms``.  Two windows that
   agree catch what settles within a cell (allocator growth, caches, autotuning, a clock ramp), but
@@ -95,17 +96,19 @@ def summarize(samples_ms: list[float], peak_mem_bytes: int | None = None, warm: 
 
 def measure(run: Callable[[], object], *, device: torch.device, warmup: int, reps: int,
             setup: Callable[[], object] | None = None, flush_l2: bool = True, warmup_ms: float = 0.0,
-            warmup_max_ms: float = 0.0, rep_ms: float = 0.0) -> Timing:
+            warmup_max_ms: float = 0.0, rep_ms: float = 0.0, previous_ms: float | None = None) -> Timing:
     """Time ``run`` after the warm-up; ``setup`` runs untimed before each call.
 
-    ``warmup_max_ms`` > 0 warms up until steady (at most that long); ``rep_ms`` > 0 repeats until
-    that much time is filled (at least ``reps`` times).  Both 0: counts only, as CP cells do."""
+    ``warmup_max_ms`` > 0 warms up until steady (at most that long; ``previous_ms``: see
+    ``warm_up_until_steady``); ``rep_ms`` > 0 repeats until that much time is filled (at least
+    ``reps`` times).  Both 0: counts only, as CP cells do."""
     check_counts(warmup, reps, warmup_ms, warmup_max_ms, rep_ms)
     if warmup_max_ms > 0:
         # Out of idle: the whole warmup_max_ms, then on until steady (at most as long again).
         idle = time.monotonic() - _last_busy.get(str(device), -math.inf) > IDLE_GAP_S
         warm = warm_up_until_steady(run, device=device, calls=warmup, min_ms=warmup_max_ms if idle else warmup_ms,
-                                    max_ms=2 * warmup_max_ms if idle else warmup_max_ms, setup=setup)
+                                    max_ms=2 * warmup_max_ms if idle else warmup_max_ms, setup=setup,
+                                    previous_ms=previous_ms)
     else:
         warm = _counted_warm_up(run, device=device, calls=warmup, min_ms=warmup_ms, setup=setup,
                                 probe=rep_ms > 0)
@@ -198,17 +201,19 @@ def _counted_warm_up(run, *, device: torch.device, calls: int, min_ms: float, se
 
 def warm_up_until_steady(run: Callable[[], object], *, device: torch.device, calls: int, min_ms: float,
                          max_ms: float, setup: Callable[[], object] | None = None,
-                         tolerance: float = STEADY_TOLERANCE) -> WarmUp:
+                         tolerance: float = STEADY_TOLERANCE, previous_ms: float | None = None) -> WarmUp:
     """``calls`` calls (one-time costs: plans, compilation; 0 when they were made already), then timed
     windows of calls until two successive windows' pace agrees within ``tolerance`` and ``min_ms``
-    have passed, or until ``max_ms`` have passed (then ``steady`` is False)."""
+    have passed, or until ``max_ms`` have passed (then ``steady`` is False).  ``previous_ms``: the
+    pace of a window of the same work made just before (a graph's eager probe call), which the first
+    window is compared with."""
     start = time.perf_counter()
     for _ in range(calls):
         if setup:
             setup()
         run()
     made = calls
-    previous = None
+    previous = previous_ms
     pace = _timed_window(run, device, 1, setup)
     made += 1
     while True:

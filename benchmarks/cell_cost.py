@@ -15,9 +15,11 @@ Prints, in markdown: per kernel and length, cells, mean wall, GPU work and each 
 totals; each kernel's first cell beside its others (what a first use costs: compilation, plans); with ``--before``, the same cells in both runs side by side (mean wall, and what the timing
 part spent beyond its GPU work); with ``--memory-against``, how many ``peak_mem_bytes`` equal the
 published table's, cell by cell; with ``--estimate``, the whole grid of a published table from
-nothing on this run's GPU: each ok cell's published GPU work plus the overhead this run measured
-for a cell of that length, in calls of the kernel (the median over this run's ok cells of
-(wall - GPU work) / median_ms), so that lengths the run did not measure scale with their calls.
+nothing on this run's GPU: each ok cell's published timed calls (``reps`` x ``median_ms``) plus the
+warm-up and overhead this run measured for a cell of that kernel and length, in calls of the kernel
+(the median over this run's ok cells of (wall - timed calls) / median_ms), so that lengths the run
+did not measure scale with their calls and a run's newer warm-up replaces the published one
+(``--estimate-keeps "gpu work"``: the published warm-up too, as pages before 2026-11-29 computed it).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ def load(path: str) -> pd.DataFrame:
         if column not in rows:
             rows[column] = None
     rows["gpu_s"] = tables.gpu_work_s(rows)
+    rows["timed_s"] = (pd.to_numeric(rows["reps"], errors="coerce") * pd.to_numeric(rows["median_ms"], errors="coerce")
+                       / 1e3).where(rows["status"] == "ok", 0.0)
     rows["whole"] = tables.measured_whole(rows)
     return rows
 
@@ -145,11 +149,11 @@ def memory_against(rows: pd.DataFrame, published: pd.DataFrame) -> str:
             f"ratio {ratio.min():.4f}-{ratio.max():.4f}")
 
 
-def overhead_calls(rows: pd.DataFrame) -> pd.DataFrame:
-    """This run's ok cells measured whole: their overhead in calls of their kernel, (wall - GPU work)
-    / median_ms, with kernel and length."""
+def overhead_calls(rows: pd.DataFrame, beyond: str = "gpu_s") -> pd.DataFrame:
+    """This run's ok cells measured whole: what their wall holds beyond ``beyond`` (``gpu_s``: the
+    GPU work; ``timed_s``: the timed calls alone), in calls of their kernel, with kernel and length."""
     ok = _whole_ok(rows)
-    calls = (ok["wall_s"] - ok["gpu_s"]) / (ok["median_ms"].astype(float) / 1e3)
+    calls = (ok["wall_s"] - ok[beyond]) / (ok["median_ms"].astype(float) / 1e3)
     return pd.DataFrame({"kernel": ok["kernel"], "seqlen": ok["seqlen"], "calls": calls})
 
 
@@ -166,24 +170,36 @@ def _calls_for(calls: pd.DataFrame):
     return lookup, by_length, longest
 
 
-def estimate(rows: pd.DataFrame, published: pd.DataFrame) -> str:
-    lookup, by_length, longest = _calls_for(overhead_calls(rows))
+# What a published cell keeps of its own figures in the estimate, and what it takes from the run.
+# "timed": its timed calls (reps x median_ms), the run's warm-up and overhead: for a run whose
+# warm-up differs from the published table's (a newer timing protocol).  "gpu work": its warm-up
+# too, the run's overhead only: the definition before the warm-up changed (pages up to 2026-11-28).
+ESTIMATE_KEEPS = {"timed": "timed_s", "gpu work": "gpu_s"}
+
+
+def estimate(rows: pd.DataFrame, published: pd.DataFrame, keeps: str = "timed") -> str:
+    if keeps not in ESTIMATE_KEEPS:
+        raise SystemExit(f"cell_cost.py: --estimate-keeps must be one of {sorted(ESTIMATE_KEEPS)}, got {keeps!r}")
+    column = ESTIMATE_KEEPS[keeps]
+    lookup, by_length, longest = _calls_for(overhead_calls(rows, column))
     ok = published[published["status"] == "ok"]
     per_call = pd.Series([lookup(k, s) for k, s in zip(ok["kernel"], ok["seqlen"])], index=ok.index)
     overhead = per_call * ok["median_ms"].astype(float) / 1e3
-    gpu = ok["gpu_s"]
+    kept = ok[column]
     other = published[published["status"] != "ok"]
     unsupported_wall = rows.loc[rows["status"] == "unsupported", "wall_s"].mean()
     other_s = len(other) * unsupported_wall if len(other) and unsupported_wall == unsupported_wall else 0.0
-    total = gpu.sum() + overhead.sum() + other_s
+    total = kept.sum() + overhead.sum() + other_s
     by_seqlen = ", ".join(f"{_length(s)} {c:.0f}" for s, c in by_length.items())
     beyond = ok["seqlen"] > longest
+    what = "GPU work" if keeps == "gpu work" else "timed calls"
+    rest = "overhead" if keeps == "gpu work" else "warm-up and overhead"
     return "\n".join([
-        f"overhead per ok cell in calls of its kernel (median by length, this run): {by_seqlen}; each published "
+        f"{rest} per ok cell in calls of its kernel (median by length, this run): {by_seqlen}; each published "
         f"cell takes its kernel's median at its length where this run has one, else the length's; longer "
         f"lengths take the {_length(longest)} figures",
-        f"the published table: {len(published)} cells, {len(ok)} ok: GPU work {gpu.sum() / 3600:.2f} h, "
-        f"estimated overhead {overhead.sum() / 3600:.2f} h ({overhead[beyond].sum() / 3600:.2f} h of it beyond "
+        f"the published table: {len(published)} cells, {len(ok)} ok: {what} {kept.sum() / 3600:.2f} h, "
+        f"estimated {rest} {overhead.sum() / 3600:.2f} h ({overhead[beyond].sum() / 3600:.2f} h of it beyond "
         f"{_length(longest)}), other cells {other_s / 3600:.3f} h",
         f"estimated wall of its cells from nothing on one GPU: {total / 3600:.2f} h "
         f"(the workflow's own scheduling between cells not included)",
@@ -192,20 +208,23 @@ def estimate(rows: pd.DataFrame, published: pd.DataFrame) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run", help="a run's results/ folder or kernels.parquet")
+    parser.add_argument("run", nargs="+", help="a run's results/ folder or kernels.parquet; several: their rows together "
+                        "(e.g. a 1K-32K stage and a 64K-128K sample)")
     parser.add_argument("--before", help="an earlier run of the same cells: side by side")
     parser.add_argument("--labels", nargs=2, default=("before", "after"))
     parser.add_argument("--memory-against", help="a published kernels.parquet: is peak_mem_bytes the same?")
     parser.add_argument("--estimate", help="a published kernels.parquet: its grid from nothing on this run's GPU")
+    parser.add_argument("--estimate-keeps", default="timed", choices=sorted(ESTIMATE_KEEPS),
+                        help="what a published cell keeps of its own figures (default: its timed calls)")
     args = parser.parse_args(argv)
-    rows = load(args.run)
+    rows = pd.concat([load(run) for run in args.run], ignore_index=True)
     print(totals(rows), "", per_kernel(rows), "", first_use(rows), sep="\n")
     if args.before:
         print("", side_by_side(load(args.before), rows, tuple(args.labels)), sep="\n")
     if args.memory_against:
         print("", memory_against(rows, load(args.memory_against)), sep="\n")
     if args.estimate:
-        print("", estimate(rows, load(args.estimate)), sep="\n")
+        print("", estimate(rows, load(args.estimate), args.estimate_keeps), sep="\n")
 
 
 if __name__ == "__main__":

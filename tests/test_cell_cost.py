@@ -34,8 +34,8 @@ def test_the_page_quotes_the_memory_comparison_and_the_estimate():
     memory = cell_cost.memory_against(rows, published)
     assert "348 cells; byte-identical 287 (82%); within 1 % 348 (100%)" in memory
     quoted = (DATA / "cell_cost_run2.md").read_text()
-    assert memory in quoted and cell_cost.estimate(rows, published) in quoted
-    assert "4.12 h" in cell_cost.estimate(rows, published)
+    assert memory in quoted and cell_cost.estimate(rows, published, "gpu work") in quoted
+    assert "4.12 h" in cell_cost.estimate(rows, published, "gpu work")
 
 
 H200 = DATA.parent / "from_nothing_2xh200_2026-11-28"
@@ -53,7 +53,7 @@ def test_the_2xh200_page_quotes_what_cell_cost_computes_from_its_rows():
     published = cell_cost.load(str(DATA.parents[1] / "results" / "h200_2026-11-23" / "kernels.parquet"))
     memory = cell_cost.memory_against(rows, published)
     assert "1128 cells; byte-identical 875 (78%); within 1 % 1126 (100%)" in memory and memory in quoted
-    assert "2.17 h" in cell_cost.estimate(rows, published)
+    assert "2.17 h" in cell_cost.estimate(rows, published, "gpu work")
 
 
 def test_the_flex_prepare_ab_quotes_its_rows():
@@ -63,3 +63,30 @@ def test_the_flex_prepare_ab_quotes_its_rows():
     assert both in quoted and "| all | 130 | 1.148 | 1.038 | 0.90 |" in both
     assert "cells: 162, measured whole: 162" in cell_cost.totals(new)
     assert "ratio 0.6536-0.8561" in cell_cost.memory_against(new, old)
+
+
+def _cells(wall_s, warmup_ms, median_ms=36_000.0, reps=5, seqlen=65536):
+    """Two ok cells of one kernel and length measured whole (36 s calls, so hours show)."""
+    return pd.DataFrame([{"kernel": "k", "mask": m, "seqlen": seqlen, "direction": "fwd", "dtype": "bfloat16",
+                          "status": "ok", "wall_s": wall_s, "median_ms": median_ms, "reps": reps,
+                          "warmup_spent_ms": warmup_ms, "time_wall_s": wall_s, "parts_reused": None}
+                         for m in ("causal", "full")])
+
+
+def test_the_estimate_takes_the_runs_warm_up_in_place_of_the_published_one(tmp_path):
+    """A published cell warmed up for 3 calls and the run, under a newer protocol, for 1: the
+    estimate keeps the published timed calls and takes the run's warm-up and overhead."""
+    import pytest
+
+    run, published = _cells(wall_s=324.0, warmup_ms=36_000.0), _cells(wall_s=396.0, warmup_ms=108_000.0)
+    for frame, name in ((run, "run"), (published, "published")):
+        frame.to_parquet(tmp_path / f"{name}.parquet")
+    run, published = (cell_cost.load(str(tmp_path / f"{n}.parquet")) for n in ("run", "published"))
+    # 5 timed calls, the run's 1 warm-up and 3 more: 4 calls beyond the timed ones; 2 x 9 x 36 s = 0.18 h
+    text = cell_cost.estimate(run, published)
+    assert "64K 4;" in text and "from nothing on one GPU: 0.18 h" in text
+    # the old definition keeps the published 3-call warm-up: 2 x (8 + 3) x 36 s = 0.22 h
+    text = cell_cost.estimate(run, published, "gpu work")
+    assert "64K 3;" in text and "from nothing on one GPU: 0.22 h" in text
+    with pytest.raises(SystemExit, match="estimate-keeps"):
+        cell_cost.estimate(run, published, "everything")

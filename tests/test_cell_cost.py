@@ -90,3 +90,39 @@ def test_the_estimate_takes_the_runs_warm_up_in_place_of_the_published_one(tmp_p
     assert "64K 3;" in text and "from nothing on one GPU: 0.22 h" in text
     with pytest.raises(SystemExit, match="estimate-keeps"):
         cell_cost.estimate(run, published, "everything")
+
+
+WARMUP = DATA.parent / "from_nothing_warmup_h200_2026-11-28"
+
+
+def test_the_warmup_page_quotes_what_cell_cost_computes_from_its_rows():
+    stage = cell_cost.load(str(WARMUP / "kernels.parquet"))
+    text = cell_cost.totals(stage)
+    assert "cells: 1344, measured whole: 1344 (1128 ok, 216 unsupported)" in text
+    assert "mean cell wall: 0.497 s" in text and "wall / GPU work: 1.90" in text
+    quoted = (WARMUP / "cell_cost.md").read_text()
+    assert text in quoted
+    rows = pd.concat([stage, cell_cost.load(str(WARMUP / "long_new.parquet"))], ignore_index=True)
+    published = cell_cost.load(str(DATA.parents[1] / "results" / "h200_2026-11-23" / "kernels.parquet"))
+    estimate = cell_cost.estimate(rows, published)
+    assert estimate in quoted and "1.80 h" in estimate and "64K 5, 128K 4" in estimate
+    old = pd.concat([stage, cell_cost.load(str(WARMUP / "long_old.parquet"))], ignore_index=True)
+    assert "2.10 h" in cell_cost.estimate(old, published)
+    h100 = cell_cost.load(str(DATA.parents[1] / "results" / "h100_2026-11-23" / "kernels.parquet"))
+    assert cell_cost.estimate(rows, h100).splitlines()[-1] in (WARMUP / "estimate_h100_table.md").read_text()
+    page = (WARMUP / "README.md").read_text()
+    assert "**1,344 cells in 384 s**" in page and "**1.80 h on one H200**" in page
+
+
+def test_the_warmup_ab_pages_quote_their_rows():
+    import json
+
+    from benchmarks import warmup_ab
+
+    old, new = (cell_cost.load(str(WARMUP / f"long_{side}.parquet")) for side in ("old", "new"))
+    both = cell_cost.side_by_side(old, new, ("untimed replay (2177873)", "probe-seeded (549cbd0)"))
+    assert both in (WARMUP / "long_ab.md").read_text() and "| all | 58 | 7.058 | 5.929 | 0.84 |" in both
+    rows = [json.loads(line) for line in (WARMUP / "warmup_ab_rounds.jsonl").read_text().splitlines()]
+    summary = warmup_ab.summary(rows)
+    assert summary.strip() == (WARMUP / "warmup_ab.md").read_text().strip()
+    assert "8 cells: probe-seeded / untimed replay median 1.0000, range 0.9862-1.0008" in summary

@@ -127,7 +127,7 @@ def run_case(label: str, pattern: str, params: dict[str, Any], seqlen: int, dire
     # FlexAttention with the equivalent BlockMask ((b, h, s, d) views; GQA in-kernel as ours).
     flex = None
     try:
-        block_mask = mask_convert.block_mask(mask, FLEX_BLOCK, DEVICE, compile=DEVICE == "cuda")
+        block_mask = mask_convert.block_mask(mask, FLEX_BLOCK, DEVICE)
         qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         flex = lambda: _flex()(qt, kt, vt, block_mask=block_mask, enable_gqa=True).transpose(1, 2)  # noqa: E731
         out_flex = flex()

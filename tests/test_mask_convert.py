@@ -137,6 +137,27 @@ def test_flex_attention_matches_sdpa(name, n, block):
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
 
 
+_BLOCK_MASK_FIELDS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices", "q_num_blocks",
+                      "q_indices", "full_q_num_blocks", "full_q_indices")
+
+
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+@pytest.mark.parametrize("n,block", [(1024, 128), (1000, 64), (2048, 128)])
+def test_block_mask_is_what_create_block_mask_makes_of_the_mask_mod(name, n, block, monkeypatch):
+    """Built from the row table without compiling, tile by tile: the same partial and full tiles in
+    the same order as torch's own create_block_mask over the same mask_mod (a band at a time too)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    monkeypatch.setattr(mc, "TILE_BAND_ELEMENTS", 3 * block * 128 * block)  # several bands per mask
+    m = build(name, n, seed=2, **SMALL.get(name, {}))
+    mc.clear_block_mask_cache()
+    ours = mc.block_mask(m, block_size=block)
+    theirs = create_block_mask(mc.mask_mod(m), None, None, n, n, device="cpu", BLOCK_SIZE=block)
+    for field in _BLOCK_MASK_FIELDS:
+        torch.testing.assert_close(getattr(ours, field), getattr(theirs, field), rtol=0, atol=0, msg=field)
+    assert ours.seq_lengths == theirs.seq_lengths and ours.BLOCK_SIZE == theirs.BLOCK_SIZE
+
+
 def test_block_mask_is_cached_on_slices():
     mc.clear_block_mask_cache()
     small = SMALL["varlen_causal"]

@@ -7,7 +7,8 @@
   slice attends one contiguous key interval per row, so this table is exact;
 * ``mask_mod``        — a FlexAttention mask function looking rows up in that table: no Python
   control flow on tensor values, so it works under vmap and torch.compile;
-* ``block_mask``      — ``create_block_mask`` of that ``mask_mod``, cached per mask;
+* ``block_mask``      — the ``BlockMask`` ``create_block_mask`` would make of that ``mask_mod``,
+  built from the row table without compiling, cached per mask;
 * ``block_sparsity``  — which ``block_q × block_k`` tiles hold an attended pair, from the slices
   alone (O(slices + blocks), works at 1M tokens).
 """
@@ -92,25 +93,61 @@ def mask_mod(mask: AttnMask, device: torch.device | str = "cpu") -> Callable[...
     return mod
 
 
-def block_mask(mask: AttnMask, block_size: int = 128, device: torch.device | str = "cpu",
-               compile: bool = False) -> Any:
-    """``create_block_mask`` for ``mask`` (B = H = None: broadcast), cached on the mask's slices.
-
-    ``create_block_mask`` evaluates ``mask_mod`` on every (q, k) pair; pass ``compile=True``
-    (its ``_compile``) on GPU at long lengths."""
+def block_mask(mask: AttnMask, block_size: int = 128, device: torch.device | str = "cpu") -> Any:
+    """The ``BlockMask`` ``create_block_mask`` makes of ``mask_mod(mask)`` (B = H = None: broadcast),
+    built without compiling anything and cached on the mask's slices: ``tile_sums`` classifies each
+    tile, and its kv lists are ordered as torch orders them (``_dense_to_ordered``: a stable argsort
+    of the tile row).  Compiled, ``create_block_mask`` cost a compilation per length in every measuring
+    process; eager, it holds the whole (q, k) grid at once (16 GiB of booleans at 128K)."""
     if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size <= 0:
         raise MaskError(f"block_size must be a positive integer, got {block_size!r}")
-    return _block_mask_cached(mask_key(mask), block_size, str(torch.device(device)), compile)
+    return _block_mask_cached(mask_key(mask), block_size, str(torch.device(device)))
 
 
 @functools.lru_cache(maxsize=16)
-def _block_mask_cached(key: MaskKey, block_size: int, device: str, compile: bool) -> Any:
-    from torch.nn.attention.flex_attention import create_block_mask
+def _block_mask_cached(key: MaskKey, block_size: int, device: str) -> Any:
+    from torch.nn.attention.flex_attention import BlockMask
 
     name, sq, sk, tuples = key
     mask = AttnMask(name, sq, sk, tuple(AttnSlice(*t) for t in tuples))
-    return create_block_mask(mask_mod(mask, device), None, None, sq, sk, device=device,
-                             BLOCK_SIZE=block_size, _compile=compile)
+    sums = tile_sums(mask, block_size, device)
+    partial = (sums > 0) & (sums < block_size * block_size)
+    full = sums == block_size * block_size
+    (kv_num, kv_indices), (full_num, full_indices) = (_ordered(tiles[None, None]) for tiles in (partial, full))
+    return BlockMask.from_kv_blocks(kv_num, kv_indices, full_num, full_indices, BLOCK_SIZE=(block_size, block_size),
+                                    mask_mod=mask_mod(mask, device), seq_lengths=(sq, sk))
+
+
+def _ordered(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per tile row, how many tiles are set and their column indices first, ascending, then the
+    others: the order ``create_block_mask`` gives a ``BlockMask``'s kv lists."""
+    tiles = tiles.to(torch.int32)
+    return (tiles.sum(dim=-1).to(torch.int32),
+            torch.argsort(tiles, dim=-1, descending=True, stable=True).to(torch.int32))
+
+
+# Elements of the (rows x keys) band evaluated at once in tile_sums: 16 Mi booleans, so building a
+# BlockMask holds tens of MiB beside the cell's inputs, never the whole grid.
+TILE_BAND_ELEMENTS = 1 << 24
+
+
+def tile_sums(mask: AttnMask, block_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Int64 ``[ceil(sq / block), ceil(sk / block)]``: attended pairs per ``block × block`` tile,
+    pairs past the mask's edge counting as not attended (as ``create_block_mask`` pads).  Evaluates
+    ``mask_mod``'s own row-interval table on ``device``, a band of query blocks at a time."""
+    lo, hi = row_intervals(mask, pad_to=block_size)
+    nqb, nkb = lo.shape[1] // block_size, -(-mask.seqlen_k // block_size)
+    keys = torch.arange(nkb * block_size, device=device)
+    lo_t, hi_t = (torch.as_tensor(x, device=device) for x in (lo, hi))
+    band = max(1, TILE_BAND_ELEMENTS // (block_size * keys.numel()))  # query blocks per band
+    out = torch.empty(nqb, nkb, dtype=torch.int64, device=device)
+    for qb in range(0, nqb, band):
+        rows = slice(qb * block_size, min(qb + band, nqb) * block_size)
+        attended = torch.zeros(rows.stop - rows.start, keys.numel(), dtype=torch.bool, device=device)
+        for c in range(lo_t.shape[0]):
+            attended |= (lo_t[c, rows, None] <= keys) & (keys < hi_t[c, rows, None])
+        out[qb:qb + band] = attended.view(-1, block_size, nkb, block_size).sum(dim=(1, 3))
+    return out
 
 
 def clear_block_mask_cache() -> None:

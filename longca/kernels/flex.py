@@ -91,8 +91,7 @@ class FlexAttention(Kernel):
 
     def _prepared(self, problem: Problem) -> dict[str, Any]:
         device = problem.device
-        # create_block_mask evaluates mask_mod on every pair: compiled on GPU, eager at CPU sizes.
-        block_mask = mask_convert.block_mask(problem.mask, BLOCK_SIZE, device, compile=device.type == "cuda")
+        block_mask = mask_convert.block_mask(problem.mask, BLOCK_SIZE, device)
         _, tile_density = mask_convert.block_sparsity(problem.mask, BLOCK_SIZE, BLOCK_SIZE)
         return {"block_mask": block_mask, "block_size": BLOCK_SIZE, "tile_density": tile_density,
                 "enable_gqa": problem.gqa,

@@ -126,9 +126,11 @@ def _ordered(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             torch.argsort(tiles, dim=-1, descending=True, stable=True).to(torch.int32))
 
 
-# Elements of the (rows x keys) band evaluated at once in tile_sums: 16 Mi booleans, so building a
-# BlockMask holds tens of MiB beside the cell's inputs, never the whole grid.
-TILE_BAND_ELEMENTS = 1 << 24
+# Elements of the (rows x keys) band evaluated at once in tile_sums (at least one query block):
+# 1 Mi booleans a temporary.  A cell's memory figure covers its set-up, so a band must stay below what
+# the timed call adds: with 16 Mi, FlexAttention's 4K forward read 16 MiB (6 %) above its figure with
+# a compiled create_block_mask (docs/data/from_nothing_warmup_h200_2026-11-28).
+TILE_BAND_ELEMENTS = 1 << 20
 
 
 def tile_sums(mask: AttnMask, block_size: int, device: torch.device | str = "cpu") -> torch.Tensor:

@@ -126,3 +126,13 @@ def test_the_warmup_ab_pages_quote_their_rows():
     summary = warmup_ab.summary(rows)
     assert summary.strip() == (WARMUP / "warmup_ab.md").read_text().strip()
     assert "8 cells: probe-seeded / untimed replay median 1.0000, range 0.9862-1.0008" in summary
+
+
+def test_the_blockmask_ab_quotes_its_rows():
+    old, new, band = (cell_cost.load(str(WARMUP / f"blockmask_{side}.parquet")) for side in ("old", "new", "band"))
+    quoted = (WARMUP / "blockmask_ab.md").read_text()
+    both = cell_cost.side_by_side(old, new, ("compiled create_block_mask (5285a9c)", "row table (36f9621)"))
+    assert both in quoted and "| all | 168 | 0.827 | 0.679 | 0.82 |" in both
+    assert "154 (92%)" in cell_cost.memory_against(new, old)
+    banded = cell_cost.memory_against(band, old)
+    assert banded in quoted and "67 cells; byte-identical 37 (55%); within 1 % 67 (100%)" in banded

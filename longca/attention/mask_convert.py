@@ -128,8 +128,7 @@ def _ordered(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 # Elements of the (rows x keys) band evaluated at once in tile_sums (at least one query block):
 # 1 Mi booleans a temporary.  A cell's memory figure covers its set-up, so a band must stay below what
-# the timed call adds: with 16 Mi, FlexAttention's 4K forward read 16 MiB (6 %) above its figure with
-# a compiled create_block_mask (docs/data/from_nothing_warmup_h200_2026-11-28).
+# the timed call adds; a 16 Mi band showed in FlexAttention's 4K forward figure (docs/data).
 TILE_BAND_ELEMENTS = 1 << 20
 
 

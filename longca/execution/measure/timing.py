@@ -12,9 +12,10 @@ Two ways to decide how long to warm up and how often to repeat:
 * by time budget (kernel cells on a GPU; ``warmup_max_ms`` > 0), like ``triton.testing.do_bench``
   but with a warm-up that ends when the device is in its sustained state: after ``warmup`` calls
   (none for a CUDA graph's replays: the eager calls before capture made them, and the first window
-  is compared with the host probe's call where that was one call), windows of calls are timed until two successive windows agree within ``STEADY_TOLERANCE`` and
-  ``warmup_ms`` have passed (or ``warmup_max_ms`` is reached: the row then says not steady); the
-  timed repetitions are then at least ``reps`` and enough to fill ``rep_ms``.  Two windows that
+  is compared with the host probe's call where that was one call), windows of calls are timed
+  until two successive windows agree within ``STEADY_TOLERANCE`` and ``warmup_ms`` have passed
+  (or ``warmup_max_ms`` is reached: the row then says not steady); the timed repetitions are then
+  at least ``reps`` and enough to fill ``rep_ms``.  Two windows that
   agree catch what settles within a cell (allocator growth, caches, autotuning, a clock ramp), but
   not a long plateau: a power-capped GPU out of idle runs at boost clocks for a while, steadily
   (an H200 timed cuDNN's forward 5-12 % fast after a fixed short warm-up,

@@ -52,8 +52,7 @@ def load(path: str) -> pd.DataFrame:
         if column not in rows:
             rows[column] = None
     rows["gpu_s"] = tables.gpu_work_s(rows)
-    rows["timed_s"] = (pd.to_numeric(rows["reps"], errors="coerce") * pd.to_numeric(rows["median_ms"], errors="coerce")
-                       / 1e3).where(rows["status"] == "ok", 0.0)
+    rows["timed_s"] = tables.timed_calls_s(rows)
     rows["whole"] = tables.measured_whole(rows)
     return rows
 
@@ -170,17 +169,19 @@ def _calls_for(calls: pd.DataFrame):
     return lookup, by_length, longest
 
 
-# What a published cell keeps of its own figures in the estimate, and what it takes from the run.
-# "timed": its timed calls (reps x median_ms), the run's warm-up and overhead: for a run whose
-# warm-up differs from the published table's (a newer timing protocol).  "gpu work": its warm-up
-# too, the run's overhead only: the definition before the warm-up changed (pages up to 2026-11-28).
-ESTIMATE_KEEPS = {"timed": "timed_s", "gpu work": "gpu_s"}
+# What a published cell keeps of its own figures in the estimate (its column, and the words for it
+# and for what it takes from the run).  "timed": its timed calls (reps x median_ms), the run's
+# warm-up and overhead: for a run whose warm-up differs from the published table's (a newer timing
+# protocol).  "gpu work": its warm-up too, the run's overhead only: the definition before the
+# warm-up changed (pages up to 2026-11-28).
+ESTIMATE_KEEPS = {"timed": ("timed_s", "timed calls", "warm-up and overhead"),
+                  "gpu work": ("gpu_s", "GPU work", "overhead")}
 
 
 def estimate(rows: pd.DataFrame, published: pd.DataFrame, keeps: str = "timed") -> str:
     if keeps not in ESTIMATE_KEEPS:
         raise SystemExit(f"cell_cost.py: --estimate-keeps must be one of {sorted(ESTIMATE_KEEPS)}, got {keeps!r}")
-    column = ESTIMATE_KEEPS[keeps]
+    column, what, rest = ESTIMATE_KEEPS[keeps]
     lookup, by_length, longest = _calls_for(overhead_calls(rows, column))
     ok = published[published["status"] == "ok"]
     per_call = pd.Series([lookup(k, s) for k, s in zip(ok["kernel"], ok["seqlen"])], index=ok.index)
@@ -192,8 +193,6 @@ def estimate(rows: pd.DataFrame, published: pd.DataFrame, keeps: str = "timed") 
     total = kept.sum() + overhead.sum() + other_s
     by_seqlen = ", ".join(f"{_length(s)} {c:.0f}" for s, c in by_length.items())
     beyond = ok["seqlen"] > longest
-    what = "GPU work" if keeps == "gpu work" else "timed calls"
-    rest = "overhead" if keeps == "gpu work" else "warm-up and overhead"
     return "\n".join([
         f"{rest} per ok cell in calls of its kernel (median by length, this run): {by_seqlen}; each published "
         f"cell takes its kernel's median at its length where this run has one, else the length's; longer "

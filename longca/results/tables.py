@@ -595,15 +595,22 @@ def _distinct(df: pd.DataFrame, column: str) -> list:
     return sorted({v for v in df[column].dropna()}) if column in df else []
 
 
+def _numbers(rows: pd.DataFrame, name: str) -> pd.Series:
+    return pd.to_numeric(rows[name], errors="coerce").fillna(0.0) if name in rows else pd.Series(0.0, index=rows.index)
+
+
+def timed_calls_s(rows: pd.DataFrame) -> pd.Series:
+    """Each ok row's timed calls in seconds (``reps`` x ``median_ms``); 0 for any other row."""
+    return (_numbers(rows, "reps") * _numbers(rows, "median_ms") / 1e3).where(rows["status"] == "ok", 0.0)
+
+
 def gpu_work_s(rows: pd.DataFrame) -> pd.Series:
     """Each row's GPU work in seconds: what an ok cell's timing exists for, its warm-up
-    (``warmup_spent_ms``) and its timed calls (``reps`` x ``median_ms``); 0 for any other row.
+    (``warmup_spent_ms``) and its timed calls (``timed_calls_s``); 0 for any other row.
     Everything else a cell's wall holds (the gate, inputs and ``prepare``, the eager calls before
     capture, the memory part, building the problem) is what measuring costs beyond it."""
-    def column(name: str) -> pd.Series:
-        return pd.to_numeric(rows[name], errors="coerce").fillna(0.0) if name in rows else pd.Series(0.0, index=rows.index)
-    work = (column("warmup_spent_ms") + column("reps") * column("median_ms")) / 1e3
-    return work.where(rows["status"] == "ok", 0.0)
+    warm_up = (_numbers(rows, "warmup_spent_ms") / 1e3).where(rows["status"] == "ok", 0.0)
+    return warm_up + timed_calls_s(rows)
 
 
 def measured_whole(rows: pd.DataFrame) -> pd.Series:

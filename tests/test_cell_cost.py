@@ -136,3 +136,29 @@ def test_the_blockmask_ab_quotes_its_rows():
     assert "154 (92%)" in cell_cost.memory_against(new, old)
     banded = cell_cost.memory_against(band, old)
     assert banded in quoted and "67 cells; byte-identical 37 (55%); within 1 % 67 (100%)" in banded
+
+
+ONE_GPU = DATA.parent / "from_nothing_1xh200_2026-11-28"
+
+
+def test_the_one_gpu_page_quotes_what_cell_cost_computes_from_its_rows():
+    stage = cell_cost.load(str(ONE_GPU / "kernels.parquet"))
+    text = cell_cost.totals(stage)
+    assert "cells: 1344, measured whole: 1344 (1128 ok, 216 unsupported)" in text
+    assert "mean cell wall: 0.498 s" in text and "wall / GPU work: 1.90" in text
+    assert text in (ONE_GPU / "cell_cost.md").read_text()
+    h200 = cell_cost.load(str(DATA.parents[1] / "results" / "h200_2026-11-23" / "kernels.parquet"))
+    with_long = pd.concat([stage, cell_cost.load(str(WARMUP / "long_new.parquet"))], ignore_index=True)
+    assert "1.81 h" in cell_cost.estimate(with_long, h200)
+    ok = stage[stage.status == "ok"]
+    before = cell_cost.load(str(WARMUP / "kernels.parquet"))
+    both = ok.merge(before[before.status == "ok"], on="cell_id", suffixes=("", "_before"))
+    memory = both.peak_mem_bytes / both.peak_mem_bytes_before
+    assert len(both) == 1128 and ((memory - 1).abs() <= 0.01).all()
+    from longca.results import tables
+
+    no_flex = stage[stage.kernel != "flex"]
+    assert f"{no_flex.wall_s.sum() / tables.gpu_work_s(no_flex).sum():.2f}" == "1.53"
+    page = (ONE_GPU / "README.md").read_text()
+    assert "**1.81 h on one H200**" in page and "Without `flex`: **1.53 ×**" in page
+    assert "1,128 of 1,128 ok cells are within 1 %" in page

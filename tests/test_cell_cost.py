@@ -5,10 +5,10 @@ from pathlib import Path
 import pandas as pd
 
 from benchmarks import cell_cost
-from longca.results import tables
 
 DATA = Path(__file__).resolve().parents[1] / "docs" / "data" / "from_nothing_h100_2026-11-27"
 PUBLISHED = DATA.parents[1] / "results" / "h100_2026-11-23" / "kernels.parquet"
+PUBLISHED_H200 = DATA.parents[1] / "results" / "h200_2026-11-23" / "kernels.parquet"
 
 
 def test_the_totals_split_a_cells_wall_into_its_parts_and_gpu_work():
@@ -51,7 +51,7 @@ def test_the_2xh200_page_quotes_what_cell_cost_computes_from_its_rows():
     page = (H200 / "README.md").read_text()
     quoted = (H200 / "cell_cost.md").read_text()
     assert text in quoted and "**1,344 cells in 431 s**" in page
-    published = cell_cost.load(str(DATA.parents[1] / "results" / "h200_2026-11-23" / "kernels.parquet"))
+    published = cell_cost.load(str(PUBLISHED_H200))
     memory = cell_cost.memory_against(rows, published)
     assert "1128 cells; byte-identical 875 (78%); within 1 % 1126 (100%)" in memory and memory in quoted
     assert "2.17 h" in cell_cost.estimate(rows, published, "gpu work")
@@ -104,7 +104,7 @@ def test_the_warmup_page_quotes_what_cell_cost_computes_from_its_rows():
     quoted = (WARMUP / "cell_cost.md").read_text()
     assert text in quoted
     rows = pd.concat([stage, cell_cost.load(str(WARMUP / "long_new.parquet"))], ignore_index=True)
-    published = cell_cost.load(str(DATA.parents[1] / "results" / "h200_2026-11-23" / "kernels.parquet"))
+    published = cell_cost.load(str(PUBLISHED_H200))
     estimate = cell_cost.estimate(rows, published)
     assert estimate in quoted and "1.80 h" in estimate and "64K 5, 128K 4" in estimate
     old = pd.concat([stage, cell_cost.load(str(WARMUP / "long_old.parquet"))], ignore_index=True)
@@ -148,14 +148,13 @@ def test_the_one_gpu_page_quotes_what_cell_cost_computes_from_its_rows():
     assert "cells: 1344, measured whole: 1344 (1128 ok, 216 unsupported)" in text
     assert "mean cell wall: 0.498 s" in text and "wall / GPU work: 1.90" in text
     assert text in (ONE_GPU / "cell_cost.md").read_text()
-    h200 = cell_cost.load(str(DATA.parents[1] / "results" / "h200_2026-11-23" / "kernels.parquet"))
+    h200 = cell_cost.load(str(PUBLISHED_H200))
     with_long = pd.concat([stage, cell_cost.load(str(WARMUP / "long_new.parquet"))], ignore_index=True)
     assert "1.81 h" in cell_cost.estimate(with_long, h200)
     memory = cell_cost.memory_against(stage, cell_cost.load(str(WARMUP / "kernels.parquet")))
     assert "1128 cells; byte-identical 1092 (97%); within 1 % 1128 (100%)" in memory
-
     no_flex = stage[stage.kernel != "flex"]
-    assert f"{no_flex.wall_s.sum() / tables.gpu_work_s(no_flex).sum():.2f}" == "1.53"
+    assert f"{no_flex.wall_s.sum() / no_flex.gpu_s.sum():.2f}" == "1.53"
     page = (ONE_GPU / "README.md").read_text()
     assert "**1.81 h on one H200**" in page and "Without `flex`: **1.53 ×**" in page
     assert "1,128 of 1,128 ok cells are within 1 %" in page

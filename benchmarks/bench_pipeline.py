@@ -72,7 +72,7 @@ from benchmarks.workflow_config import REPO, merged, resolved
 
 from longca import config as longca_config
 from longca.cells import cell_name
-from longca.execution.cache import store
+from longca.execution.cache import compile_cache, store
 
 BARE_WARMUP_MS, BARE_REP_MS = 25, 100  # triton.testing.do_bench's defaults
 FIDELITY = 0.03
@@ -255,9 +255,7 @@ def compile_caches(work: Path, side: str) -> dict[str, str]:
     """On-disk compile caches (Inductor, Triton, CuTe DSL) of one side: whichever side measures a
     chunk second would otherwise find the other's compiled kernels on disk and skip compiling (seen
     on an H200: the side that went second was 1.5-2.7x faster per chunk)."""
-    root = work / f"compile-cache-{side}"
-    return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"), "TRITON_CACHE_DIR": str(root / "triton"),
-            "CUTE_DSL_CACHE_DIR": str(root / "cute")}
+    return compile_cache.environment(work / f"compile-cache-{side}")
 
 
 def run_bare(cfg: dict, cells, harness: bool = False) -> tuple[float, float, dict]:

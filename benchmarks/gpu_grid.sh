@@ -18,8 +18,8 @@ measured run.
 OUTDIR gets: environment.txt (nvidia-smi, library versions), gpu_clocks.csv (SM clock, power,
 temperature, utilisation twice a second), overrides.yaml (a copy of FILE), runs.txt (one line per
 call: start, seconds, Snakemake's exit code, cells finished), snakemake.log, and a copy of the
-run's results/ (the cells; the Parquet tables, figures and report once the grid is complete).  A
-partial grid is rendered with benchmarks/render_results.py.
+run's results/ (the cells; the Parquet tables, figures and report once the grid is complete; not
+its compile_cache/).  A partial grid is rendered with benchmarks/render_results.py.
 
 options:
   --budget-s N      seconds this script may take (default 600, at least 60)
@@ -124,5 +124,6 @@ fi
 cells_after=$(count_cells kernels) cp_after=$(count_cells cp)
 echo "$started $((SECONDS - t0)) s exit $code kernel cells $cells_before -> $cells_after cp cells $cp_before -> $cp_after" >> "$OUTDIR/runs.txt"
 [ -z "$SMI" ] || kill "$SMI" 2>/dev/null
-[ ! -d "$WORK/results" ] || cp -r "$WORK/results" "$OUTDIR/"
+# The compilers' caches stay with the run (compiled kernels, not results).
+[ ! -d "$WORK/results" ] || (cd "$WORK" && tar cf - --exclude=results/compile_cache results) | tar xf - -C "$OUTDIR"
 echo "gpu_grid.sh: $((SECONDS - t0)) s, snakemake exit $code, kernel cells $cells_before -> $cells_after; in $OUTDIR"

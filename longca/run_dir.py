@@ -30,6 +30,7 @@ CEILINGS_LOG = f"{LOGS}/ceilings.log"
 KEPT = f"{ROOT}/kept"          # each cell's row with its settings (longca.execution.cache.kept_rows)
 STORE = f"{ROOT}/store"        # each measured part by its key (longca.execution.cache.store)
 PROGRESS = f"{ROOT}/progress"  # the progress line's counts (longca.execution.processes.progress)
+COMPILE_CACHE = f"{ROOT}/compile_cache"  # the compilers' on-disk caches (longca.execution.cache.compile_cache)
 LOST = f"{ROOT}/lost"          # stand-in rows of a failed run's lost cells (longca.results.lost_cells)
 LOST_KERNEL_TABLE = f"{ROOT}/lost_kernels.parquet"
 LOST_CP_TABLE = f"{ROOT}/lost_cp.parquet"

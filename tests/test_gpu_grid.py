@@ -41,6 +41,9 @@ def test_dry_run_plans_the_gpu_grid_with_the_overrides_and_records_the_call(tmp_
     overrides = tmp_path / "one_gpu.yaml"
     overrides.write_text("cp_strategies: []\n")
     out, work = tmp_path / "out", tmp_path / "run"
+    for kept in ("store/time/ab/ab.json", "compile_cache/triton/x/kernel.cubin"):  # a previous call's
+        (work / "results" / kept).parent.mkdir(parents=True)
+        (work / "results" / kept).write_text("{}")
     proc = _run(str(out), "--work", str(work), "--overrides", str(overrides), "--budget-s", "120",
                 "--", "-n", "--config", "seqlens=[1024]", env={"CUDA_VISIBLE_DEVICES": "0"}, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -51,6 +54,10 @@ def test_dry_run_plans_the_gpu_grid_with_the_overrides_and_records_the_call(tmp_
     assert "bfloat16_bwd_2048.json" not in log  # the --config seqlens override reached Snakemake
     assert "results/cells/cp/" not in log       # and so did the overrides file (no CP cells)
     assert not (work / "results" / "cells").exists()  # a dry run measures nothing
+    # The run's results are copied out, the compilers' caches are not (and stay with the run).
+    assert (out / "results" / "store" / "time" / "ab" / "ab.json").exists()
+    assert not (out / "results" / "compile_cache").exists()
+    assert (work / "results" / "compile_cache" / "triton" / "x" / "kernel.cubin").exists()
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ from longca import cells, run_dir
 from longca import config as longca_config
 from longca.execution.cache import kept_rows
 from longca.execution.cluster import placement, slurm_jobs
-from longca.execution.cache import store
+from longca.execution.cache import compile_cache, store
 from longca.execution.cache.fingerprint import cp_fingerprint, kernel_fingerprint
 from longca.results import figure_captions
 
@@ -84,6 +84,9 @@ os.environ[kept_rows.FINGERPRINTS_ENV] = json.dumps(
 # key (longca.execution.cache.store): a rerun measures only the parts whose settings or code changed.  A
 # caller may name another store (benchmarks/bench_pipeline.py gives each pass its own, to measure anew).
 os.environ.setdefault(store.STORE_ENV, str(store.DEFAULT.resolve()))
+# What Inductor, Triton and the CuTe DSL compile is kept in the run directory, not in each node's /tmp:
+# a compilation is paid once per run, not once per measuring process (longca.execution.cache.compile_cache).
+compile_cache.point_at(compile_cache.DEFAULT)
 
 
 # Resident lanes (longca.execution.processes.resident) measure each device's cells one at a time in a long-lived process;

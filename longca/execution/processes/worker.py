@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..cache import store
+from ..cache import compile_cache, store
 from .wire import recv_msg, send_msg
 
 PACKAGE = Path(__file__).resolve().parents[2]  # longca/: a worker serves the code of the whole package
@@ -41,6 +41,10 @@ DEFAULT_IDLE_S = 120.0
 # progress lines go (longca.execution.processes.progress), which store a run keeps its parts in (sent with each
 # cell, longca.execution.cache.store).  Every other LONGCA_* variable names a server of its own.
 NOT_IN_KEY = frozenset({"LONGCA_WORKER_IDLE_S", "LONGCA_PROGRESS_DIR", "LONGCA_PROGRESS_EVERY_S", "LONGCA_STORE"})
+# Other variables a server is started with and keeps: where its modules come from, which GPUs it sees,
+# and where its compilers keep what they compile (a process reads them once; a run in another
+# directory gets servers of its own, compiling into its own results/compile_cache).
+IN_KEY = frozenset({"PYTHONPATH", "CUDA_VISIBLE_DEVICES", *compile_cache.FOLDERS})
 
 
 class WorkerError(RuntimeError):
@@ -65,7 +69,7 @@ def worker_key(environ: dict | None = None) -> str:
     h.update(str(PACKAGE).encode())
     h.update(_source_digest().encode())
     for name in sorted(environ):
-        if name.startswith("LONGCA_") and name not in NOT_IN_KEY or name in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES"):
+        if name.startswith("LONGCA_") and name not in NOT_IN_KEY or name in IN_KEY:
             h.update(f"{name}={environ[name]}\0".encode())
     return h.hexdigest()[:20]
 

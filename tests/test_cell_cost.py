@@ -158,3 +158,26 @@ def test_the_one_gpu_page_quotes_what_cell_cost_computes_from_its_rows():
     page = (ONE_GPU / "README.md").read_text()
     assert "**1.81 h on one H200**" in page and "Without `flex`: **1.53 ×**" in page
     assert "1,128 of 1,128 ok cells are within 1 %" in page
+
+
+COMPILE_CACHE = DATA.parent / "compile_cache_h200_2026-11-28"
+
+
+def test_the_compile_cache_page_quotes_what_cell_cost_computes_from_its_rows():
+    before, after = (cell_cost.load(str(COMPILE_CACHE / f"{run}.parquet")) for run in ("a", "b"))
+    for rows, quoted in ((before, "mean cell wall: 0.492 s"), (after, "mean cell wall: 0.277 s")):
+        assert quoted in cell_cost.totals(rows)
+    assert "wall / GPU work: 2.82" in cell_cost.totals(before) and "wall / GPU work: 1.83" in cell_cost.totals(after)
+    assert cell_cost.totals(after) in (COMPILE_CACHE / "cell_cost_b.md").read_text()
+    page = (COMPILE_CACHE / "README.md").read_text()
+    for kernel in sorted(set(before.kernel)):
+        a, b = before[before.kernel == kernel], after[after.kernel == kernel]
+        row = (f"| `{kernel}` | {len(a)} | {a.wall_s.sum():.1f} | {a.gpu_s.sum():.1f} | {a.wall_s.sum() / a.gpu_s.sum():.2f} "
+               f"| {b.wall_s.sum():.1f} | {b.gpu_s.sum():.1f} | {b.wall_s.sum() / b.gpu_s.sum():.2f} |")
+        assert row in page
+    memory = cell_cost.memory_against(after, before)
+    assert "420 cells; byte-identical 409 (97%); within 1 % 420 (100%)" in memory
+    assert "420 of 420 cells within 1 %, 409 byte-identical" in page
+    both = before.merge(after, on=cell_cost.KEY, suffixes=("_a", "_b"))
+    assert f"{(both.median_ms_b / both.median_ms_a).median():.4f}" == "0.9997"
+    assert "Medians B / A: 0.9997" in page

@@ -108,7 +108,10 @@ def first_use(rows: pd.DataFrame) -> str:
     lines = ["| kernel | first cell | its overhead s (gate s) | median overhead s of the other cells | cells |",
              "| --- | --- | --- | --- | --- |"]
     extra = 0.0
-    for kernel, g in ok.sort_values("timed_at", kind="stable").groupby("kernel", sort=True):
+    # ``timed_at`` has whole seconds: a cell timed in the same second as the first use came after it
+    # (a first use costs its cell the time before its timing ends), so a tie goes to the costlier cell.
+    in_order = ok.sort_values(["timed_at", "overhead_s"], ascending=[True, False], kind="stable")
+    for kernel, g in in_order.groupby("kernel", sort=True):
         first, others = g.iloc[0], g.iloc[1:]
         median = others["overhead_s"].median() if len(others) else float("nan")
         extra += first["overhead_s"] - (median if median == median else 0.0)

@@ -29,6 +29,23 @@ def test_reused_parts_leave_a_row_out_of_what_a_cell_costs_from_nothing(tmp_path
     assert "cells: 440, measured whole: 400" in cell_cost.totals(cell_cost.load(str(tmp_path / "k.parquet")))
 
 
+def test_a_kernels_first_use_is_its_costliest_cell_of_its_first_second(tmp_path):
+    """Rows carry ``timed_at`` in whole seconds: of two cells timed in the first second, the one
+    whose wall holds the first use (compilation before its timing) came first, whatever the rows' order."""
+    rows = pd.read_parquet(DATA / "kernels_run2.parquet")
+    flex = rows[(rows.kernel == "flex") & (rows.status == "ok")].sort_values("timed_at").index[:2]
+    rows.loc[flex, "timed_at"] = "2026-01-01T00:00:00+00:00"  # before every other row, the same second
+    rows.loc[flex[0], "wall_s"] = 1.0
+    rows.loc[flex[1], "wall_s"] = 9.0
+    for order in (flex, flex[::-1]):
+        path = tmp_path / "k.parquet"
+        pd.concat([rows.loc[order], rows.drop(flex)]).to_parquet(path)
+        loaded = cell_cost.load(str(path))
+        first = loaded.loc[flex[1]]  # the 9 s one
+        named = f"| flex | {first['mask']} {first['seqlen'] // 1024}K {first['direction']} | {9.0 - first['gpu_s']:.2f} ("
+        assert named in cell_cost.first_use(loaded)
+
+
 def test_the_page_quotes_the_memory_comparison_and_the_estimate():
     rows = cell_cost.load(str(DATA / "kernels_run2.parquet"))
     published = cell_cost.load(str(PUBLISHED))
@@ -181,3 +198,20 @@ def test_the_compile_cache_page_quotes_what_cell_cost_computes_from_its_rows():
     both = before.merge(after, on=cell_cost.KEY, suffixes=("_a", "_b"))
     assert f"{(both.median_ms_b / both.median_ms_a).median():.4f}" == "0.9997"
     assert "Medians B / A: 0.9997" in page
+
+
+def test_the_compile_cache_stage_quotes_what_cell_cost_computes_from_its_rows():
+    stage = cell_cost.load(str(COMPILE_CACHE / "stage.parquet"))
+    text = cell_cost.totals(stage)
+    assert "cells: 1344, measured whole: 1343 (1127 ok, 216 unsupported)" in text
+    assert "mean cell wall: 0.430 s" in text and "wall / GPU work: 1.71" in text
+    assert text in (COMPILE_CACHE / "stage_cell_cost.md").read_text()
+    no_flex = stage[stage.whole & (stage.kernel != "flex")]
+    assert f"{no_flex.wall_s.sum() / no_flex.gpu_s.sum():.2f}" == "1.52"
+    memory = cell_cost.memory_against(stage, cell_cost.load(str(ONE_GPU / "kernels.parquet")))
+    assert "1127 cells; byte-identical 1111 (99%); within 1 % 1127 (100%)" in memory
+    with_long = pd.concat([stage, cell_cost.load(str(WARMUP / "long_new.parquet"))], ignore_index=True)
+    assert "1.80 h" in cell_cost.estimate(with_long, cell_cost.load(str(PUBLISHED_H200)))
+    page = (COMPILE_CACHE / "README.md").read_text()
+    assert "**1.71 ×**" in page and "Without `flex`: 1.52 ×" in page and "**1.80 h on one H200**" in page
+    assert "1,127 of 1,127 ok cells measured whole within 1 %" in page

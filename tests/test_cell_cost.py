@@ -59,15 +59,27 @@ def test_the_page_quotes_the_memory_comparison_and_the_estimate():
 H200 = DATA.parent / "from_nothing_2xh200_2026-11-28"
 
 
-def test_the_2xh200_page_quotes_what_cell_cost_computes_from_its_rows():
-    rows = cell_cost.load(str(H200 / "kernels.parquet"))
+def _totals_quoted(rows_file: Path, quoted_in: Path, *lines: str) -> pd.DataFrame:
+    """A page's rows, once ``cell_cost.totals`` of them says each of ``lines`` and ``quoted_in`` quotes it."""
+    rows = cell_cost.load(str(rows_file))
     text = cell_cost.totals(rows)
-    assert "cells: 1344, measured whole: 1344 (1128 ok, 216 unsupported)" in text
-    assert "mean cell wall: 0.563 s" in text and "wall / GPU work: 1.80" in text
+    assert all(line in text for line in lines), text
+    assert text in quoted_in.read_text()
+    return rows
+
+
+def _wall_over_gpu(rows: pd.DataFrame) -> str:
+    return f"{rows.wall_s.sum() / rows.gpu_s.sum():.2f}"
+
+
+def test_the_2xh200_page_quotes_what_cell_cost_computes_from_its_rows():
+    rows = _totals_quoted(H200 / "kernels.parquet", H200 / "cell_cost.md",
+                          "cells: 1344, measured whole: 1344 (1128 ok, 216 unsupported)",
+                          "mean cell wall: 0.563 s", "wall / GPU work: 1.80")
     assert (rows.loc[rows["status"] == "ok", "memory_via"] == "timing").all()
     page = (H200 / "README.md").read_text()
     quoted = (H200 / "cell_cost.md").read_text()
-    assert text in quoted and "**1,344 cells in 431 s**" in page
+    assert "**1,344 cells in 431 s**" in page
     published = cell_cost.load(str(PUBLISHED_H200))
     memory = cell_cost.memory_against(rows, published)
     assert "1128 cells; byte-identical 875 (78%); within 1 % 1126 (100%)" in memory and memory in quoted
@@ -160,18 +172,15 @@ ONE_GPU = DATA.parent / "from_nothing_1xh200_2026-11-28"
 
 
 def test_the_one_gpu_page_quotes_what_cell_cost_computes_from_its_rows():
-    stage = cell_cost.load(str(ONE_GPU / "kernels.parquet"))
-    text = cell_cost.totals(stage)
-    assert "cells: 1344, measured whole: 1344 (1128 ok, 216 unsupported)" in text
-    assert "mean cell wall: 0.498 s" in text and "wall / GPU work: 1.90" in text
-    assert text in (ONE_GPU / "cell_cost.md").read_text()
+    stage = _totals_quoted(ONE_GPU / "kernels.parquet", ONE_GPU / "cell_cost.md",
+                           "cells: 1344, measured whole: 1344 (1128 ok, 216 unsupported)",
+                           "mean cell wall: 0.498 s", "wall / GPU work: 1.90")
     h200 = cell_cost.load(str(PUBLISHED_H200))
     with_long = pd.concat([stage, cell_cost.load(str(WARMUP / "long_new.parquet"))], ignore_index=True)
     assert "1.81 h" in cell_cost.estimate(with_long, h200)
     memory = cell_cost.memory_against(stage, cell_cost.load(str(WARMUP / "kernels.parquet")))
     assert "1128 cells; byte-identical 1092 (97%); within 1 % 1128 (100%)" in memory
-    no_flex = stage[stage.kernel != "flex"]
-    assert f"{no_flex.wall_s.sum() / no_flex.gpu_s.sum():.2f}" == "1.53"
+    assert _wall_over_gpu(stage[stage.kernel != "flex"]) == "1.53"
     page = (ONE_GPU / "README.md").read_text()
     assert "**1.81 h on one H200**" in page and "Without `flex`: **1.53 ×**" in page
     assert "1,128 of 1,128 ok cells are within 1 %" in page
@@ -189,8 +198,8 @@ def test_the_compile_cache_page_quotes_what_cell_cost_computes_from_its_rows():
     page = (COMPILE_CACHE / "README.md").read_text()
     for kernel in sorted(set(before.kernel)):
         a, b = before[before.kernel == kernel], after[after.kernel == kernel]
-        row = (f"| `{kernel}` | {len(a)} | {a.wall_s.sum():.1f} | {a.gpu_s.sum():.1f} | {a.wall_s.sum() / a.gpu_s.sum():.2f} "
-               f"| {b.wall_s.sum():.1f} | {b.gpu_s.sum():.1f} | {b.wall_s.sum() / b.gpu_s.sum():.2f} |")
+        row = (f"| `{kernel}` | {len(a)} | {a.wall_s.sum():.1f} | {a.gpu_s.sum():.1f} | {_wall_over_gpu(a)} "
+               f"| {b.wall_s.sum():.1f} | {b.gpu_s.sum():.1f} | {_wall_over_gpu(b)} |")
         assert row in page
     memory = cell_cost.memory_against(after, before)
     assert "420 cells; byte-identical 409 (97%); within 1 % 420 (100%)" in memory
@@ -201,13 +210,10 @@ def test_the_compile_cache_page_quotes_what_cell_cost_computes_from_its_rows():
 
 
 def test_the_compile_cache_stage_quotes_what_cell_cost_computes_from_its_rows():
-    stage = cell_cost.load(str(COMPILE_CACHE / "stage.parquet"))
-    text = cell_cost.totals(stage)
-    assert "cells: 1344, measured whole: 1343 (1127 ok, 216 unsupported)" in text
-    assert "mean cell wall: 0.430 s" in text and "wall / GPU work: 1.71" in text
-    assert text in (COMPILE_CACHE / "stage_cell_cost.md").read_text()
-    no_flex = stage[stage.whole & (stage.kernel != "flex")]
-    assert f"{no_flex.wall_s.sum() / no_flex.gpu_s.sum():.2f}" == "1.52"
+    stage = _totals_quoted(COMPILE_CACHE / "stage.parquet", COMPILE_CACHE / "stage_cell_cost.md",
+                           "cells: 1344, measured whole: 1343 (1127 ok, 216 unsupported)",
+                           "mean cell wall: 0.430 s", "wall / GPU work: 1.71")
+    assert _wall_over_gpu(stage[stage.whole & (stage.kernel != "flex")]) == "1.52"
     memory = cell_cost.memory_against(stage, cell_cost.load(str(ONE_GPU / "kernels.parquet")))
     assert "1127 cells; byte-identical 1111 (99%); within 1 % 1127 (100%)" in memory
     with_long = pd.concat([stage, cell_cost.load(str(WARMUP / "long_new.parquet"))], ignore_index=True)

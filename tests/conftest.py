@@ -1,12 +1,9 @@
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-# This checkout's longca and its study (the package benchmarks), whichever copy is installed.
-sys.path[:0] = [str(REPO)]
 
 # The harness's own failure kernels (test_wrong, test_oom) are registered for the tests, and for the
 # Snakemake and longca subprocesses the tests start (they inherit the environment).

@@ -45,6 +45,6 @@ def cell_files(workdir: Path) -> dict[str, int]:
 
 def run_script(script: Path, *args: str, env: dict | None = None,
                timeout: float = 60) -> subprocess.CompletedProcess:
-    """A bash script of benchmarks/ as a user runs it, with this interpreter as its ``$PYTHON``."""
+    """A bash script of scripts/ as a user runs it, with this interpreter as its ``$PYTHON``."""
     return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHON": sys.executable, **(env or {})})

@@ -1,4 +1,4 @@
-"""benchmarks/compare_gpus.py on the published H100 and H200 tables, as a user runs it: the figure,
+"""scripts/compare_gpus.py on the published H100 and H200 tables, as a user runs it: the figure,
 and printed ratios that are what the two Parquet files say."""
 
 import subprocess
@@ -14,7 +14,7 @@ H200 = REPO / "docs/results/h200_2026-11-23/kernels.parquet"
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, str(REPO / "benchmarks/compare_gpus.py"), *map(str, args)],
+    return subprocess.run([sys.executable, str(REPO / "scripts/compare_gpus.py"), *map(str, args)],
                           capture_output=True, text=True, timeout=120, cwd=REPO)
 
 

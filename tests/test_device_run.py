@@ -1,9 +1,9 @@
-"""benchmarks/device_run.sh is a plain script: its arguments, and (dry run) the workflow it drives."""
+"""scripts/device_run.sh is a plain script: its arguments, and (dry run) the workflow it drives."""
 
 import pytest
 from snakemake_run import REPO, run_script
 
-SCRIPT = REPO / "benchmarks" / "device_run.sh"
+SCRIPT = REPO / "scripts" / "device_run.sh"
 
 
 def _run(*args, env=None, timeout=60):
@@ -13,7 +13,7 @@ def _run(*args, env=None, timeout=60):
 def test_help_says_how_to_call_it():
     proc = _run("--help")
     assert proc.returncode == 0
-    assert proc.stdout.startswith("usage: benchmarks/device_run.sh OUTDIR")
+    assert proc.stdout.startswith("usage: scripts/device_run.sh OUTDIR")
     for option in ("--budget-s", "--wheels", "--no-bench", "CUDA_VISIBLE_DEVICES"):
         assert option in proc.stdout
 

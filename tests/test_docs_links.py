@@ -1,4 +1,4 @@
-"""Every relative link in the READMEs and docs/ names a file or folder that exists."""
+"""Every relative link in the READMEs, docs/ and the lab's pages names a file or folder that exists."""
 
 import re
 from pathlib import Path
@@ -20,6 +20,7 @@ def _broken(md: Path) -> list[str]:
 
 
 def test_relative_links_resolve():
-    pages = [REPO / "README.md", REPO / "config" / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    pages = [REPO / "README.md", REPO / "config" / "README.md", REPO / "scripts" / "README.md",
+             *sorted((REPO / "docs").rglob("*.md")), *sorted((REPO / "lab").rglob("*.md"))]
     broken = {str(p.relative_to(REPO)): b for p in pages if (b := _broken(p))}
     assert not broken, broken

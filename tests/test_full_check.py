@@ -1,4 +1,4 @@
-"""The full-size check on the CPU: the chunked float32 reference, and benchmarks/full_check.py over
+"""The full-size check on the CPU: the chunked float32 reference, and scripts/full_check.py over
 a tiny grid with a right and a wrong kernel, kept and skipped on a second run."""
 
 import json
@@ -33,7 +33,7 @@ def test_the_chunked_reference_is_the_exact_reference_block_by_block(name):
 def _run(tmp_path, *extra):
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(TINY))
-    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "full_check.py"), str(tmp_path / "out"),
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "full_check.py"), str(tmp_path / "out"),
                            "--budget-s", "300", "--configfile", str(config), "--seqlen", "256", *extra],
                           capture_output=True, text=True, timeout=600)
 
@@ -82,7 +82,7 @@ def test_per_head_block_patterns_are_checked_per_head_and_other_kernels_refuse_t
                                          "params": {"kept": 0.3, "block": 32}}])
     config = tmp_path / "sparse.yaml"
     config.write_text(yaml.safe_dump(grid))
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "full_check.py"), str(tmp_path / "out"),
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "full_check.py"), str(tmp_path / "out"),
                            "--budget-s", "300", "--configfile", str(config), "--seqlen", "256"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

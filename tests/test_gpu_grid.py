@@ -1,4 +1,4 @@
-"""benchmarks/gpu_grid.sh runs the published grid (`snakemake all --configfile config/gpu.yaml`) within
+"""scripts/gpu_grid.sh runs the published grid (`snakemake all --configfile config/gpu.yaml`) within
 a budget: its arguments, (dry run, no GPU needed) the workflow it drives, and the lock a Snakemake
 killed at the budget leaves."""
 
@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from snakemake_run import REPO, run_script
 
-SCRIPT = REPO / "benchmarks" / "gpu_grid.sh"
+SCRIPT = REPO / "scripts" / "gpu_grid.sh"
 
 
 def _run(*args, env=None, timeout=60):
@@ -18,7 +18,7 @@ def _run(*args, env=None, timeout=60):
 def test_help_says_how_to_call_it():
     proc = _run("--help")
     assert proc.returncode == 0
-    assert proc.stdout.startswith("usage: benchmarks/gpu_grid.sh OUTDIR")
+    assert proc.stdout.startswith("usage: scripts/gpu_grid.sh OUTDIR")
     for option in ("--budget-s", "--work", "--overrides", "CUDA_VISIBLE_DEVICES"):
         assert option in proc.stdout
 

@@ -1,4 +1,4 @@
-"""benchmarks/keep_cuda_arch.py on a small ELF library with a real fat-binary layout: only other SMs'
+"""scripts/keep_cuda_arch.py on a small ELF library with a real fat-binary layout: only other SMs'
 payloads become zeros, nothing moves, and the wheel's RECORD names the new file."""
 import base64
 import hashlib
@@ -10,7 +10,7 @@ import zipfile
 import pytest
 
 from conftest import REPO
-from benchmarks import keep_cuda_arch
+import keep_cuda_arch
 
 ENTRY_HEADER_SIZE = 64
 
@@ -92,7 +92,7 @@ def test_wheel_is_rewritten_with_its_record(tmp_path):
         z.writestr("demo/__init__.py", "")
         z.writestr("demo-1.0.dist-info/RECORD",
                    "demo/libdemo.so,sha256=old,1\ndemo/__init__.py,,0\ndemo-1.0.dist-info/RECORD,,\n")
-    result = subprocess.run([sys.executable, str(REPO / "benchmarks/keep_cuda_arch.py"), str(wheel),
+    result = subprocess.run([sys.executable, str(REPO / "scripts/keep_cuda_arch.py"), str(wheel),
                              str(tmp_path / "out")], capture_output=True, text=True, check=True)
     assert "sm_90 kept" in result.stdout
     with zipfile.ZipFile(tmp_path / "out" / wheel.name) as z:
@@ -105,6 +105,6 @@ def test_wheel_is_rewritten_with_its_record(tmp_path):
 
 
 def test_missing_wheel_is_named():
-    result = subprocess.run([sys.executable, str(REPO / "benchmarks/keep_cuda_arch.py"), "nope.whl", "out"],
+    result = subprocess.run([sys.executable, str(REPO / "scripts/keep_cuda_arch.py"), "nope.whl", "out"],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "nope.whl is not a file" in result.stderr

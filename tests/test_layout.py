@@ -173,33 +173,3 @@ def test_the_package_builds_no_path_into_the_workflow_or_its_config():
             found += [f"{path.relative_to(PACKAGE)}:{node.lineno}: {p!r}" for p in parts
                       if p.split("/")[0] in outside]
     assert not found, "\n".join(found)
-
-
-STUDY = PACKAGE.parent / "benchmarks"
-
-
-def private_longca_names(names: set[str]) -> set[str]:
-    return {n for n in names if n.split(".")[0] == "longca" and any(p.startswith("_") and p != "__init__"
-                                                                  for p in n.split(".")[1:])}
-
-
-def test_the_study_uses_the_tool_through_its_public_names_and_the_tool_never_imports_the_study():
-    """benchmarks (the fidelity study) may import longca's public modules and names only; longca
-    imports nothing of the study."""
-    private = {f"{p.name}: {n}" for p in sorted(STUDY.glob("*.py")) for n in private_longca_names(imported_names(p))}
-    assert not private, "\n".join(sorted(private))
-    study = {f"{p.relative_to(PACKAGE)}: {n}" for p in sorted(PACKAGE.rglob("*.py")) for n in imported_names(p)
-             if n.split(".")[0] == "benchmarks"}
-    assert not study, "\n".join(sorted(study))
-    # The check can fail: a private module or name of longca is caught.
-    assert private_longca_names(imported_names(STUDY / "x.py", "from longca.kernels._flash_masks import flash_mask\n"
-                                                               "from longca.config import _merge\n")) \
-        == {"longca.kernels._flash_masks", "longca.kernels._flash_masks.flash_mask", "longca.config._merge"}
-
-
-def test_the_study_shares_code_as_a_package_not_through_sys_path():
-    """The study's modules import each other as ``benchmarks.<name>`` and edit no ``sys.path``."""
-    siblings = {p.stem for p in STUDY.glob("*.py")} - {"__init__"}
-    wrong = [f"{p.name}: {n}" for p in sorted(STUDY.glob("*.py")) for n in imported_names(p) if n.split(".")[0] in siblings]
-    wrong += [p.name for p in sorted(STUDY.glob("*.py")) if "sys.path" in p.read_text()]
-    assert not wrong, "\n".join(wrong)

@@ -1,7 +1,7 @@
 """Resident measurement: one long-lived measuring process per device, a fresh one after a crash.
 
 On the CPU lane (what CI has); the GPU lanes run the same code with CUDA_VISIBLE_DEVICES set
-(benchmarks/bench_pipeline.py checks them on a GPU box)."""
+(lab/longca_lab/bench_pipeline.py checks them on a GPU box)."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""benchmarks/restore_cells.py: an archive's cells back into a run directory, only where they are what
+"""scripts/restore_cells.py: an archive's cells back into a run directory, only where they are what
 the code and config at hand would measure; with the real git, Snakemake and files.
 
 The archive is made by a real run of this checkout's code, so ``--measured-at HEAD`` holds when the
@@ -35,7 +35,7 @@ def archive(tmp_path_factory):
 def _restore(archive, workdir, *extra):
     """The run directory named relative to where the command runs, as in docs/results/README.md."""
     config = workdir / "config.yaml"
-    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "restore_cells.py"), str(archive), workdir.name,
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "restore_cells.py"), str(archive), workdir.name,
                            "--measured-at", HEAD, "--config", str(config), *extra],
                           capture_output=True, text=True, timeout=600, cwd=workdir.parent)
 
@@ -163,7 +163,7 @@ def test_an_unknown_kernel_named_to_restore_is_an_error_before_any_work(archive,
 def test_every_adapter_words_an_unavailable_kernel_as_restore_expects():
     """restore_cells.UNAVAILABLE must recognise what each adapter says on a machine that lacks it
     (this CPU machine lacks every GPU library and the GPU)."""
-    from benchmarks import restore_cells
+    import restore_cells
 
     from longca import kernels
 
@@ -176,14 +176,14 @@ def test_every_adapter_words_an_unavailable_kernel_as_restore_expects():
 
 
 def test_a_missing_archive_is_named(tmp_path):
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "restore_cells.py"), str(tmp_path / "no.tgz"),
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "restore_cells.py"), str(tmp_path / "no.tgz"),
                            str(tmp_path / "run"), "--measured-at", "HEAD", "--config", "x.yaml", "--measured-with",
                            "x.yaml"], capture_output=True, text=True)
     assert proc.returncode == 2 and "no.tgz: no such archive" in proc.stderr
 
 
 def test_a_restored_part_keeps_the_provenance_its_row_recorded_and_invents_none():
-    from benchmarks.restore_cells import part_values
+    from restore_cells import part_values
 
     row = {"status": "ok", "gate_error": 0.001, "gate_tolerance": 0.02, "gate_detail": "out 1e-3", "median_ms": 1.0,
            "hostname": "box", "kernel_library": "torch 2.11", "parts_reused": None, "peak_mem_bytes": 10}

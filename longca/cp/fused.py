@@ -150,7 +150,7 @@ class FfaBlockOps(BlockOps):
     """One FFA call per CP block, forward and backward, through the two functions FFA's own autograd
     function calls (they take the global output and LSE).  Float32 output and gradients, reduced
     atomically over overlapping query (key) ranges: the variants that autograd function uses, which
-    ``benchmarks/build_kernels.sh ffa`` compiles ahead of time.  A rank's first forward block whose
+    ``scripts/build_kernels.sh ffa`` compiles ahead of time.  A rank's first forward block whose
     query ranges do not overlap is written without atomics into the unset output buffer (FFA
     zero-fills the rows no range covers), as MagiAttention's first stage is: no zero fill of the
     buffer, no atomic adds (the non-atomic variant is prebuilt too)."""

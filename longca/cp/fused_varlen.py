@@ -186,7 +186,7 @@ class VarlenBlockOps(BlockOps):
     The output and dq are kept in the inputs' dtype, as the kernel writes them: a float32 copy of a
     16K-token shard's output (64 heads of 128) is 0.5 GB, and the passes to it and back are memory
     traffic a short-document shard's attention is not much larger than (measured:
-    docs/data/cp_fa3_local_4xh200_2026-11-28).  The first call that covers every query row writes
+    lab/data/cp_fa3_local_4xh200_2026-11-28).  The first call that covers every query row writes
     them in place; later blocks are folded in by LSE, computed in float32 and rounded once."""
 
     def __init__(self, fns: VarlenFns):

@@ -27,7 +27,7 @@ from .local import BlockAttention
 # Documents are placed whole or cut into contiguous pieces; ``spread_above_pct`` cuts those longer
 # than that share of a shard by zigzag instead (over as few ranks as keep the pieces within it).
 # Contiguous is the default: a zigzag-cut document gives its ranks overlapping query ranges in their
-# own block, which FFA then reduces with atomics (measured: docs/data/groupcast_layouts_4xh100_2026-11-28).
+# own block, which FFA then reduces with atomics (measured: lab/data/groupcast_layouts_4xh100_2026-11-28).
 #
 # The rebalancing moves pieces until the busiest rank has at most BALANCE_TOLERANCE times the mean
 # area, or after REBALANCE_STEPS moves per rank.

@@ -5,7 +5,7 @@ Option ``head_chunks`` sends a rank's heads in chunks, each a whole group of que
 heads they read (or a part of one KV head's group): every chunk's all-to-all is posted at once, the
 chunk that has arrived is computed while the next one travels, and its output goes back while the
 next one is computed.  The default is one chunk, the plain all-to-all, compute, all-to-all: side by
-side on 4 × H200, chunks made the forward slower, not faster (docs/data/cp_ulysses_chunks_4xh200_2026-11-28).
+side on 4 × H200, chunks made the forward slower, not faster (lab/data/cp_ulysses_chunks_4xh200_2026-11-28).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ class FlashInferBlockSparse(Kernel):
             except Exception as exc:  # noqa: BLE001 — ImportError, a missing name, a broken install
                 self._error = (f"{self.module}.VariableBlockSparseAttentionWrapper is not importable "
                                f"({type(exc).__name__}: {exc}); install flashinfer-python (its kernels "
-                               "compile on first use with nvcc, or come prebuilt: benchmarks/build_kernels.sh)")
+                               "compile on first use with nvcc, or come prebuilt: scripts/build_kernels.sh)")
         return self._wrapper
 
     def available(self) -> str | None:

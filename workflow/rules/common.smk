@@ -82,7 +82,7 @@ os.environ[kept_rows.FINGERPRINTS_ENV] = json.dumps(
     {kernel: cached_kernel_fingerprint(kernel) for kernel in CFG["kernels"]}, sort_keys=True)
 # Every measured part of a kernel cell (gate, time, memory) is kept in the run's store by its own
 # key (longca.execution.cache.store): a rerun measures only the parts whose settings or code changed.  A
-# caller may name another store (benchmarks/bench_pipeline.py gives each pass its own, to measure anew).
+# caller may name another store (lab/longca_lab/bench_pipeline.py gives each pass its own, to measure anew).
 os.environ.setdefault(store.STORE_ENV, str(store.DEFAULT.resolve()))
 # What Inductor, Triton and the CuTe DSL compile is kept in the run directory, not in each node's /tmp:
 # a compilation is paid once per run, not once per measuring process (longca.execution.cache.compile_cache).

@@ -9,7 +9,7 @@ process started after a crash or idle exit finds the kernel compiled and loads i
 loads the kernel the compilation wrote, so what is measured does not change; each compiler keys
 its entries on its own version and the source it compiled.  Deleting ``results/`` starts from
 nothing, compilations included.  A variable already set by the caller is kept
-(``benchmarks/bench_pipeline.py`` gives each side caches of its own).
+(``lab/longca_lab/bench_pipeline.py`` gives each side caches of its own).
 
 Free of heavy imports: the Snakefile uses it.
 """

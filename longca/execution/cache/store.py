@@ -6,7 +6,7 @@ the timing and the memory.  Each part is written here as soon as it is measured,
 outputs before it runs it again, and every output of a failed job).  A cell asked to run again
 measures only the parts whose key it does not find: a fix to the gate re-runs gates on the
 existing timings, a job lost to ``scancel`` or a time limit loses no finished part, and
-``benchmarks/restore_cells.py`` puts published timings here so that a republication measures only
+``scripts/restore_cells.py`` puts published timings here so that a republication measures only
 what changed.  To measure a part again whatever its key, remove its folder (``rm -r
 results/store/time``).
 

@@ -86,7 +86,7 @@ def _local_inputs(strategy, problem: Problem, seed: int):
 
 
 # The gate's reference: float64, dense.  The full-size check's: float32, block by block, for lengths
-# whose dense float64 scores do not fit (``benchmarks/cp_full_check.py``).
+# whose dense float64 scores do not fit (``scripts/cp_full_check.py``).
 EXACT = (torch.float64, reference.attention)
 CHUNKED_FLOAT32 = (torch.float32, chunked_reference.attention)
 

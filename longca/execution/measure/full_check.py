@@ -4,7 +4,7 @@ attention computed in float32 block by block (``longca.attention.chunked_referen
 The gate checks every cell at ``gate_seqlen`` tokens with a float64 reference; a kernel could still
 go wrong only at length (a tile schedule, a split, an index past 2^16).  This checks each kernel ×
 mask × direction once at one long length, with the gate's tolerances: output, and for backward
-dq, dk, dv.  ``benchmarks/full_check.py`` runs it over a grid and keeps each result.
+dq, dk, dv.  ``scripts/full_check.py`` runs it over a grid and keeps each result.
 """
 
 from __future__ import annotations

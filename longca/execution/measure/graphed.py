@@ -5,7 +5,7 @@ the Python that issues it (0.05-1.1 ms there): FlashAttention-4's CuTe DSL front
 FlexAttention call check and convert their arguments, SDPA's cuDNN path looks up its plan, a
 backward goes through the autograd engine. Timed eagerly with CUDA events, such a call measures how
 far the CPU ran ahead of the GPU (an H200 grid saw two eager harnesses disagree by up to 2-3× at 1K,
-docs/data/workflow_cost_2026-11-22.md). Replaying a captured graph issues the same kernels with one launch, so the events
+lab/data/workflow_cost_2026-11-22.md). Replaying a captured graph issues the same kernels with one launch, so the events
 bracket the GPU's work only, and the figure means the same at 1K as at 32K. What the CPU costs per
 call is kept beside it: ``host_ms`` (eager, not synchronised), so a launch-bound kernel is still
 visible as one.

@@ -2,7 +2,7 @@
 
 Mask metadata is prepared untimed; on CUDA the call is captured in a CUDA graph after eager warm-up
 calls and its replays are timed (``longca.execution.measure.graphed``), by the budget-driven harness
-of ``longca.execution.measure.timing``.  benchmarks/bench_pipeline.py times this same call with
+of ``longca.execution.measure.timing``.  lab/longca_lab/bench_pipeline.py times this same call with
 triton.testing.do_bench.
 """
 
@@ -26,7 +26,7 @@ def timed_call(kernel: Kernel, problem: Problem,
     """The call a cell times on the full problem, and the kernel's prepared mask metadata (built
     here, untimed): the forward, or the backward through autograd of a forward made here (the
     forward is not part of a backward timing).  ``memory`` reads the inputs' and ``prepare``'s
-    memory.  benchmarks/bench_pipeline.py times this same call with triton.testing.do_bench."""
+    memory.  lab/longca_lab/bench_pipeline.py times this same call with triton.testing.do_bench."""
     with memory.setup() if memory else contextlib.nullcontext():
         q, k, v, grad_out = problem.make_inputs(requires_grad=True)
         prepared = kernel.prepare(problem)
@@ -84,7 +84,7 @@ def cell_call(kernel: Kernel, problem: Problem, warmup: int, cuda_graph: bool = 
     (which way), ``host_ms`` (what one eager call costs the CPU) and ``probe_pace_ms`` (the probe's
     one call, when it was long enough to be its own probe; else None).  ``memory`` (graphed cells):
     reads the memory part off the set-up and the probe's first call (``call_memory.CallReading``).
-    benchmarks/bench_pipeline.py times this same ``call`` with triton.testing.do_bench."""
+    lab/longca_lab/bench_pipeline.py times this same ``call`` with triton.testing.do_bench."""
     stream = graphed.stream_for(problem.device, cuda_graph)
     memory = memory if stream is not None else None
     try:

@@ -19,7 +19,7 @@ Two ways to decide how long to warm up and how often to repeat:
   agree catch what settles within a cell (allocator growth, caches, autotuning, a clock ramp), but
   not a long plateau: a power-capped GPU out of idle runs at boost clocks for a while, steadily
   (an H200 timed cuDNN's forward 5-12 % fast after a fixed short warm-up,
-  docs/data/kernels_h200_2026-11-22.md).  So
+  lab/data/kernels_h200_2026-11-22.md).  So
   the first cell after the device was idle (nothing timed in this process for ``IDLE_GAP_S``)
   warms up for the whole ``warmup_max_ms`` and then until steady (at most as long again); a cell
   that follows another in a resident measuring process finds the device already loaded and needs
@@ -47,7 +47,7 @@ MAX_REPS = 10_000
 # Nothing timed for this long: the device may have dropped out of its sustained state, so the next
 # warm-up is the long one.  A judgement, not a measured constant: at 0.5 s every cell after a
 # compilation (FA4, Inductor: 1-8 s each) paid the long warm-up on an H200 (2 s a cell), while cells
-# measured after such gaps agreed with do_bench's 25 ms warm-up (docs/data/workflow_cost_2026-11-22.md).
+# measured after such gaps agreed with do_bench's 25 ms warm-up (lab/data/workflow_cost_2026-11-22.md).
 IDLE_GAP_S = 3.0
 _last_busy: dict[str, float] = {}  # device -> when this process last finished timing on it
 

@@ -93,17 +93,7 @@ def main() -> int:
     cp_masks = sorted(set(cp["mask"])) if len(cp) else []
     figdir = args.out / "figures"
     figdir.mkdir(exist_ok=True)
-    throughput, memory = {}, {}
-    for mask in masks:
-        throughput[mask], memory[mask] = figdir / f"kernels_{mask}.png", figdir / f"memory_{mask}.png"
-        plots.kernel_figures(kernels, mask, throughput[mask], memory[mask], ceilings=ceilings)
-    matrix = figdir / "kernel_mask_matrix.png"
-    plots.save(plots.kernel_mask_matrix_figure(kernels, masks=masks), matrix)
-    scaling, efficiency = {}, {}
-    for mask in cp_masks:
-        scaling[mask], efficiency[mask] = figdir / f"cp_scaling_{mask}.png", figdir / f"cp_efficiency_{mask}.png"
-        plots.cp_figures(cp, kernels, mask, scaling[mask], efficiency[mask], ceilings=ceilings)
-    figures = Figures(throughput=throughput, memory=memory, matrix=matrix, cp_scaling=scaling, cp_efficiency=efficiency)
+    figures = Figures(plots.draw_all(plots.FigureData(kernels, cp, ceilings=ceilings, masks=masks), figdir, cp_masks))
     missing = tables.not_measured(kernels, config_mod.kernel_cells(config))
     render(kernels, args.out / "report.html", cp=cp, figures=figures, ceilings=ceilings, config=config, masks=masks,
            not_measured=missing)

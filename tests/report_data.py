@@ -121,13 +121,5 @@ def figures(out, kernels: pd.DataFrame, cp: pd.DataFrame):
     matrix, throughput and memory for two masks, CP scaling, efficiency and prediction for one."""
     from longca.results import plots, report
 
-    figs = report.Figures(matrix=str(out / "matrix.png"))
-    plots.save(plots.kernel_mask_matrix_figure(kernels), figs.matrix)
-    for mask in ("causal", "sliding"):
-        figs.throughput[mask], figs.memory[mask] = str(out / f"k_{mask}.png"), str(out / f"m_{mask}.png")
-        plots.kernel_figures(kernels, mask, figs.throughput[mask], figs.memory[mask], ceilings=CEILINGS)
-    figs.cp_scaling["causal"], figs.cp_efficiency["causal"] = str(out / "cps.png"), str(out / "cpe.png")
-    figs.cp_prediction["causal"] = str(out / "cpp.png")
-    plots.cp_figures(cp, kernels, "causal", figs.cp_scaling["causal"], figs.cp_efficiency["causal"], CEILINGS,
-                     prediction_out=figs.cp_prediction["causal"])
-    return figs
+    data = plots.FigureData(kernels, cp, ceilings=CEILINGS, masks=["causal", "sliding"])
+    return report.Figures(plots.draw_all(data, out, cp_masks=["causal"]))

@@ -164,10 +164,12 @@ def test_cp_figures_on_an_empty_table_say_there_is_nothing(kernels):
 
 
 def test_saved_figures_decode_with_a_real_size(kernels, tmp_path):
-    plots.kernel_figures(kernels, "causal", tmp_path / "k.png", tmp_path / "m.png", ceilings=rd.CEILINGS)
-    plots.cp_figures(rd.cp_df(), kernels, "causal", tmp_path / "s.png", tmp_path / "e.png")
-    plots.save(plots.kernel_mask_matrix_figure(kernels), tmp_path / "x.png")
-    for name in ("k", "m", "s", "e", "x"):
+    data = plots.FigureData(kernels, rd.cp_df(), ceilings=rd.CEILINGS, masks=["causal"])
+    drawn = plots.draw_all(data, tmp_path, cp_masks=["causal"])
+    assert {name: sorted(paths) for name, paths in drawn.items()} == {
+        "matrix": [None], "throughput": ["causal"], "memory": ["causal"], "cp_scaling": ["causal"],
+        "cp_efficiency": ["causal"], "cp_predicted": ["causal"]}
+    for name in ("kernels_causal", "memory_causal", "cp_scaling_causal", "cp_efficiency_causal", "kernel_mask_matrix"):
         image = mpimg.imread(tmp_path / f"{name}.png")
         assert image.shape[0] > 200 and image.shape[1] > 400
         assert image[..., :3].std() > 0.05  # not a blank canvas

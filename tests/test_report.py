@@ -254,7 +254,7 @@ def test_methodology_environment_and_configuration(page, html):
 
 def test_without_cp_cells_the_report_says_so(figures, tmp_path):
     out = report.render(rd.kernels_df(), tmp_path / "r.html", cp=rd.empty_cp_df(),
-                        figures=report.Figures(throughput=figures.throughput, matrix=figures.matrix),
+                        figures=report.Figures(throughput=figures["throughput"], matrix=figures["matrix"]),
                         config={"cp_strategies": [], "cp_sizes": []})
     page = Page(out.read_text())
     assert "best-cp-table" not in page.tables and "cp-table" not in page.tables
@@ -264,7 +264,7 @@ def test_without_cp_cells_the_report_says_so(figures, tmp_path):
     assert "best-kernel-table" in page.tables
     # CP configured, but cp_masks named only masks that `masks` leaves out (longca.config drops them).
     out = report.render(rd.kernels_df(), tmp_path / "r.html", cp=rd.empty_cp_df(),
-                        figures=report.Figures(throughput=figures.throughput, matrix=figures.matrix),
+                        figures=report.Figures(throughput=figures["throughput"], matrix=figures["matrix"]),
                         config={"cp_strategies": ["ring"], "cp_sizes": [2], "cp_masks": []})
     assert ("No CP cells in this run (config: <code>cp_masks</code> names none of the masks in "
             "<code>masks</code>)") in out.read_text()
@@ -286,9 +286,9 @@ def test_an_empty_kernel_table_still_renders(tmp_path):
 
 def test_the_memory_caption_says_the_figure_is_one_calls_need_however_the_call_was_timed():
     df = rd.kernels_df()
-    _, eager = report.kernel_captions(df, "causal", rd.CEILINGS)
+    eager = report.caption("memory", df, "causal", rd.CEILINGS)
     df.loc[df["mask"] == "causal", "timed_via"] = "graph"
-    _, graphed = report.kernel_captions(df, "causal", rd.CEILINGS)
+    graphed = report.caption("memory", df, "causal", rd.CEILINGS)
     assert eager == graphed and "one eager call" in eager and "after one unmeasured call" in eager
 
 
@@ -345,14 +345,18 @@ def test_each_caption_has_one_source_for_both_reports():
     """The HTML report's captions begin with the caption files Snakemake's report renders."""
     from longca.results import figure_captions
 
+    from longca.results.figures import FIGURES
+
     df = rd.kernels_df()
-    throughput, memory = report.kernel_captions(df, "causal", rd.CEILINGS)
-    assert throughput.startswith(figure_captions.text("kernel_figure", "causal"))
-    assert memory == figure_captions.text("memory_figure", "causal")
+    throughput, memory = (report.caption(name, df, "causal", rd.CEILINGS) for name in ("throughput", "memory"))
+    assert throughput.startswith(figure_captions.text("throughput", "causal"))
+    assert memory == figure_captions.text("memory", "causal")
     assert "mask causal" in memory and "{{" not in throughput
+    # Every declared figure has its caption file, and the rules take each figure's caption by its name.
+    assert set(figure_captions.FIGURES) == {*FIGURES, "html_report"}
+    assert all(figure_captions.path(name).exists() for name in figure_captions.FIGURES)
     rules = "".join(p.read_text() for p in (Path(report.__file__).parents[2] / "workflow" / "rules").glob("*.smk"))
-    for figure in figure_captions.FIGURES:
-        assert f'figure_captions.path("{figure}")' in rules, figure
+    assert "caption=figure_captions.path(spec.name)" in rules and 'figure_captions.path("html_report")' in rules
     with pytest.raises(KeyError, match="no caption for figure 'nope'"):
         figure_captions.path("nope")
 

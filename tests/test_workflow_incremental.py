@@ -54,7 +54,7 @@ def test_changing_one_kernels_option_reruns_only_its_cells(clone):
     proc = snakemake(clone, "-n", "all")
     out = proc.stdout + proc.stderr
     assert set(_cells(out)) == {SLEEP}
-    for rule in ("aggregate_kernels", "plot_kernel_mask", "html_report"):  # and what depends on it
+    for rule in ("aggregate_kernels", "plot_throughput", "html_report"):  # and what depends on it
         assert f"rule {rule}:" in out
     assert snakemake(clone, "all").returncode == 0
     after = cell_files(clone)

@@ -13,9 +13,11 @@ from types import SimpleNamespace
 
 import jinja2
 
+from . import figures
+
 CAPTIONS = Path(__file__).resolve().parent / "captions"
-FIGURES = ("kernel_figure", "memory_figure", "matrix_figure", "cp_scaling_figure", "cp_efficiency_figure",
-           "cp_prediction_figure", "html_report")
+# Every figure's (figures.FIGURES), and the HTML report's own in snakemake --report.
+FIGURES = (*figures.FIGURES, "html_report")
 
 
 def path(figure: str) -> Path:

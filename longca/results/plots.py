@@ -30,6 +30,7 @@ from PIL import Image  # matplotlib's own dependency
 
 from ..execution.measure.ceilings import matmul_ceiling  # noqa: E402
 from . import tables  # noqa: E402
+from .figures import FIGURES, masks_of  # noqa: E402
 from .tables import (  # noqa: E402
     DIRECTION_TITLES,
     STATUS_LABELS,
@@ -474,24 +475,6 @@ def save(fig: Figure, out: str | os.PathLike, *, dpi: int = DPI) -> Path:
     return out
 
 
-def kernel_figures(df: pd.DataFrame, mask: str, throughput_out, memory_out, ceilings: dict | None = None) -> None:
-    """The per-mask kernel figures (what rule plot_kernel_mask writes)."""
-    colors = series_colors(df["kernel"]) if len(df) else {}
-    save(kernel_throughput_figure(df, mask, ceilings, colors=colors), throughput_out)
-    save(kernel_memory_figure(df, mask, colors=colors), memory_out)
-
-
-def cp_figures(cp: pd.DataFrame, kernels: pd.DataFrame, mask: str, scaling_out, efficiency_out,
-               ceilings: dict | None = None, prediction_out=None) -> None:
-    """The per-mask CP figures (what rule plot_cp_mask writes), over the mean of each cell's document
-    layouts (``tables.layout_means``)."""
-    cp = tables.layout_means(cp)
-    save(cp_scaling_figure(cp, mask, ceilings), scaling_out)
-    save(cp_efficiency_figure(cp, kernels, mask), efficiency_out)
-    if prediction_out is not None:
-        save(cp_model_figure(cp, kernels, mask), prediction_out)
-
-
 def cp_model_figure(cp: pd.DataFrame, kernels: pd.DataFrame, mask: str) -> Figure:
     """``longca predict``'s model fitted on the run's own tables, drawn to larger GPU counts, with what it
     was fitted on and how it did on held-out cells written under it (or why there is no prediction)."""
@@ -537,3 +520,61 @@ def cp_prediction_figure(predicted: pd.DataFrame, measured: pd.DataFrame, title:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return fig
+
+
+# --- the figures a run draws ------------------------------------------------------------------
+
+
+class FigureData:
+    """What a run's figures are drawn from: its tables, its ceilings and its mask order.  The CP table is
+    taken over the mean of each cell's document layouts (``tables.layout_means``)."""
+
+    def __init__(self, kernels: pd.DataFrame, cp: pd.DataFrame | None = None, ceilings: dict | None = None,
+                 masks: list[str] | None = None):
+        self.kernels = kernels
+        self.cp = tables.layout_means(tables.empty_cp() if cp is None else cp)
+        self.ceilings = ceilings
+        self.masks = masks
+        self.kernel_colors = series_colors(kernels["kernel"]) if len(kernels) else {}
+
+
+# Each figure of ``figures.FIGURES``, drawn from a run's ``FigureData`` for one mask (None: drawn once).
+
+
+def matrix_figure(d: FigureData, mask: None) -> Figure:
+    return kernel_mask_matrix_figure(d.kernels, masks=d.masks)
+
+
+def throughput_figure(d: FigureData, mask: str) -> Figure:
+    return kernel_throughput_figure(d.kernels, mask, d.ceilings, colors=d.kernel_colors)
+
+
+def memory_figure(d: FigureData, mask: str) -> Figure:
+    return kernel_memory_figure(d.kernels, mask, colors=d.kernel_colors)
+
+
+def cp_scaling_drawing(d: FigureData, mask: str) -> Figure:
+    return cp_scaling_figure(d.cp, mask, d.ceilings)
+
+
+def cp_efficiency_drawing(d: FigureData, mask: str) -> Figure:
+    return cp_efficiency_figure(d.cp, d.kernels, mask)
+
+
+def cp_predicted_figure(d: FigureData, mask: str) -> Figure:
+    return cp_model_figure(d.cp, d.kernels, mask)
+
+
+def draw(name: str, data: FigureData, mask: str | None, out: str | os.PathLike) -> Path:
+    """Draw figure ``name`` (of ``figures.FIGURES``) for ``mask`` into ``out``."""
+    return save(globals()[FIGURES[name].drawing](data, mask), out)
+
+
+def draw_all(data: FigureData, folder: str | os.PathLike, cp_masks: list[str]) -> dict[str, dict[str | None, Path]]:
+    """Every figure of ``figures.FIGURES`` for ``data``'s masks (CP figures for ``cp_masks``) into
+    ``folder``, named as the workflow names them: figure name → mask (None: drawn once) → PNG."""
+    drawn: dict[str, dict[str | None, Path]] = {}
+    for name, spec in FIGURES.items():
+        for mask in masks_of(spec, data.masks or [], cp_masks):
+            drawn.setdefault(name, {})[mask] = draw(name, data, mask, Path(folder) / f"{spec.file.format(mask=mask)}.png")
+    return drawn

@@ -31,6 +31,7 @@ import pandas as pd
 import yaml
 
 from . import figure_captions, sparse, tables
+from .figures import FIGURES as FIGURE_SPECS
 from .tables import DIRECTION_TITLES, STATUS_LABELS, STATUS_MARKERS, seqlen_label
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"  # package data (pyproject.toml)
@@ -318,17 +319,45 @@ def _ceiling_phrase(ceilings: dict | None, dtypes: Iterable[str]) -> str:
             "2n³ FLOPs each, after warm-up): " + "; ".join(parts) + ".")
 
 
-def kernel_captions(df: pd.DataFrame, mask: str, ceilings: dict | None) -> tuple[str, str]:
-    """The throughput and memory captions of ``mask``: the caption files and what the rows add."""
-    sub = df[df["mask"] == mask]
+def _kernel_caption_addition(kernels: pd.DataFrame, cp: pd.DataFrame, mask: str, ceilings: dict | None) -> str:
+    sub = kernels[kernels["mask"] == mask]
     pattern = ", ".join(sorted(set(sub["pattern"].dropna()))) if "pattern" in sub else ""
     density = ""
     if len(sub) and sub["density"].notna().any():
         lo, hi = sub["density"].min(), sub["density"].max()
         density = f", density {fmt_number(lo, 3)}" + ("" if lo == hi else f"–{fmt_number(hi, 3)}")
-    throughput = (f"{figure_captions.text('kernel_figure', mask)} Pattern {pattern or '–'}{density}. "
-                  f"Timing: {_timing_phrase(sub)}. " + _ceiling_phrase(ceilings, set(sub["dtype"])))
-    return throughput, figure_captions.text("memory_figure", mask)
+    return (f"Pattern {pattern or '–'}{density}. Timing: {_timing_phrase(sub)}. "
+            + _ceiling_phrase(ceilings, set(sub["dtype"])))
+
+
+# What only the rows know, added to a figure's caption file in the HTML report (by figure name).
+CAPTION_ADDITIONS: dict[str, Callable[[pd.DataFrame, pd.DataFrame, str, dict | None], str]] = {
+    "throughput": _kernel_caption_addition,
+    "cp_scaling": lambda kernels, cp, mask, ceilings: _ceiling_phrase(ceilings, set(cp[cp["mask"] == mask]["dtype"])),
+}
+
+
+def _memory_note(kernels: pd.DataFrame, mask: str) -> str | None:
+    sub = kernels[kernels["mask"] == mask]
+    if tables.has_peak_memory(sub):
+        return None
+    if not (sub["device"] == "cuda").any():
+        return ("Peak memory is recorded on GPU only; these cells ran on "
+                f"{tables.devices_text(sub)}, so there is no memory figure for this mask.")
+    return ("No cell of this mask has a memory figure yet: they were measured before the memory probe "
+            "(one call's need) existed.")
+
+
+# Why a figure is left out of the HTML report for a mask, in its place (by figure name; None: shown).
+NOTES: dict[str, Callable[[pd.DataFrame, str], str | None]] = {"memory": _memory_note}
+
+
+def caption(name: str, kernels: pd.DataFrame, mask: str | None = None, ceilings: dict | None = None,
+            cp: pd.DataFrame | None = None) -> str:
+    """Figure ``name``'s caption in the HTML report: its caption file and what the rows add."""
+    addition = CAPTION_ADDITIONS.get(name)
+    more = addition(kernels, tables.empty_cp() if cp is None else cp, mask, ceilings) if addition else ""
+    return figure_captions.text(name, mask) + (f" {more}" if more else "")
 
 
 # --- environment -----------------------------------------------------------------------------
@@ -362,16 +391,29 @@ def _config_text(config: dict | None) -> str:
 # --- render ----------------------------------------------------------------------------------
 
 
-@dataclass
-class Figures:
-    """Paths of the figures the workflow made (any may be missing: the report says so)."""
+class Figures(dict):
+    """Paths of the figures the workflow drew: figure name (``figures.FIGURES``) → mask (None for a
+    figure drawn once) → PNG.  Any may be missing: the report says so."""
 
-    throughput: dict[str, str] = field(default_factory=dict)   # mask → PNG
-    memory: dict[str, str] = field(default_factory=dict)       # mask → PNG
-    matrix: str | None = None                                  # kernel × mask heatmap
-    cp_scaling: dict[str, str] = field(default_factory=dict)   # mask → PNG
-    cp_efficiency: dict[str, str] = field(default_factory=dict)  # mask → PNG
-    cp_prediction: dict[str, str] = field(default_factory=dict)  # mask → PNG (the CP model's)
+
+def _figure_entries(section: str | None, figures: Figures, mask: str | None, kernels: pd.DataFrame,
+                    cp: pd.DataFrame, ceilings: dict | None) -> list[dict]:
+    """The report's entries for the figures of one section (``FigureSpec.per``) and mask: each embedded,
+    or the note said in its place, or nothing drawn."""
+    entries = []
+    for name, spec in FIGURE_SPECS.items():
+        if spec.per != section:
+            continue
+        path = figures.get(name, {}).get(mask)
+        note = NOTES[name](kernels, mask) if name in NOTES else None
+        entry = {"name": name, "figure": None, "note": note,
+                 "missing": f"No figure {spec.title.format(mask=mask)!r}."}
+        if note is None and path and Path(path).exists():
+            entry["figure"] = embed(path, id=spec.html_id(mask), title=spec.title.format(mask=mask),
+                                    alt=spec.alt.format(mask=mask),
+                                    caption=caption(name, kernels, mask, ceilings, cp))
+        entries.append(entry)
+    return entries
 
 
 def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: Figures | None = None,
@@ -409,55 +451,12 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
     failed = [{**f, "row_id": (kernel_ids if f["kind"] == "kernel" else cp_ids).get(f["cell_id"]),
                "reason": fmt_text(f["reason"])} for f in tables.failed_cells(kernels, cp_measured)]
 
-    # Figures with captions.
-    kernel_figs = []
-    for mask in masks:
-        thr_caption, mem_caption = kernel_captions(kernels, mask, ceilings)
-        entry = {"mask": mask, "throughput": None, "memory": None, "memory_note": None}
-        if mask in figures.throughput and Path(figures.throughput[mask]).exists():
-            entry["throughput"] = embed(figures.throughput[mask], id=f"fig-throughput-{mask}",
-                                        title=f"{mask}: TFLOPs/s by sequence length", caption=thr_caption,
-                                        alt=f"TFLOPs/s against sequence length for mask {mask}, one line per kernel")
-        sub = kernels[kernels["mask"] == mask]
-        if not tables.has_peak_memory(sub):
-            entry["memory_note"] = (
-                "Peak memory is recorded on GPU only; these cells ran on "
-                f"{tables.devices_text(sub)}, so there is no memory figure for this mask."
-                if not (sub["device"] == "cuda").any() else
-                "No cell of this mask has a memory figure yet: they were measured before the memory probe "
-                "(one call's need) existed.")
-        elif mask in figures.memory and Path(figures.memory[mask]).exists():
-            entry["memory"] = embed(figures.memory[mask], id=f"fig-memory-{mask}",
-                                    title=f"{mask}: peak memory by sequence length", caption=mem_caption,
-                                    alt=f"peak memory by sequence length for mask {mask}, one line per kernel")
-        kernel_figs.append(entry)
-    matrix = None
-    if figures.matrix and Path(figures.matrix).exists() and len(kernels):
-        matrix = embed(figures.matrix, id="fig-matrix", title="Kernel × mask: best TFLOPs/s",
-                       alt="heatmap of the best TFLOPs/s per kernel and mask",
-                       caption=figure_captions.text("matrix_figure"))
-    cp_figs = []
-    for mask in cp_masks:
-        sub = cp[cp["mask"] == mask]
-        entry = {"mask": mask, "scaling": None, "efficiency": None, "prediction": None}
-        if mask in figures.cp_scaling and Path(figures.cp_scaling[mask]).exists():
-            entry["scaling"] = embed(
-                figures.cp_scaling[mask], id=f"fig-cp-scaling-{mask}", title=f"{mask}: CP per-GPU TFLOPs/s",
-                alt=f"per-GPU TFLOPs/s against cp_size for mask {mask}, one line per strategy",
-                caption=(figure_captions.text("cp_scaling_figure", mask) + " "
-                         + _ceiling_phrase(ceilings, set(sub["dtype"]))))
-        if mask in figures.cp_efficiency and Path(figures.cp_efficiency[mask]).exists():
-            entry["efficiency"] = embed(
-                figures.cp_efficiency[mask], id=f"fig-cp-efficiency-{mask}", title=f"{mask}: CP efficiency",
-                alt=f"CP efficiency against cp_size for mask {mask}",
-                caption=figure_captions.text("cp_efficiency_figure", mask))
-        if mask in figures.cp_prediction and Path(figures.cp_prediction[mask]).exists():
-            entry["prediction"] = embed(
-                figures.cp_prediction[mask], id=f"fig-cp-predicted-{mask}",
-                title=f"{mask}: CP at larger GPU counts (predicted, not measured)",
-                alt=f"predicted per-GPU TFLOPs/s against cp_size for mask {mask}, with the measured points",
-                caption=figure_captions.text("cp_prediction_figure", mask))
-        cp_figs.append(entry)
+    # Figures with captions, section by section.
+    overview = _figure_entries(None, figures, None, kernels, cp, ceilings) if len(kernels) else []
+    kernel_figs = [{"mask": mask, "figures": _figure_entries("mask", figures, mask, kernels, cp, ceilings)}
+                   for mask in masks]
+    cp_figs = [{"mask": mask, "figures": _figure_entries("cp_mask", figures, mask, kernels, cp, ceilings)}
+               for mask in cp_masks]
 
     devices = sorted({fmt_text(v) for v in kernels.get("device_name", pd.Series(dtype=object)).dropna()})
     # Every row on a CPU (kernels and CP): the first screen says how far such timings go.
@@ -509,7 +508,7 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
                       "sizes": (config or {}).get("cp_sizes") or [],
                       # [] (not null): every name in cp_masks was left out of masks (longca.config)
                       "no_masks": (config or {}).get("cp_masks") == []},
-        "matrix": matrix, "kernel_figures": kernel_figs, "cp_figures": cp_figs,
+        "overview_figures": overview, "kernel_figures": kernel_figs, "cp_figures": cp_figs,
         "kernel_columns": kernel_cols, "kernel_rows": kernel_rows,
         "cp_columns": cp_cols, "cp_rows": cp_rows,
         "failed": failed,

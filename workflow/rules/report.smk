@@ -17,12 +17,7 @@ rule html_report:
         table=run_dir.KERNEL_TABLE,
         cp=run_dir.CP_TABLE,
         ceilings=run_dir.CEILINGS,
-        throughput=expand(run_dir.figure("kernels_{mask}"), mask=MASK_NAMES),
-        memory=expand(run_dir.figure("memory_{mask}"), mask=MASK_NAMES),
-        matrix=run_dir.figure("kernel_mask_matrix"),
-        cp_scaling=expand(run_dir.figure("cp_scaling_{mask}"), mask=CP_MASKS),
-        cp_efficiency=expand(run_dir.figure("cp_efficiency_{mask}"), mask=CP_MASKS),
-        cp_prediction=expand(run_dir.figure("cp_predicted_{mask}"), mask=CP_MASKS),
+        **{name: figure_files(spec) for name, spec in figures.FIGURES.items()},
     output:
         report(
             run_dir.REPORT,

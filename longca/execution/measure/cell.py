@@ -23,6 +23,7 @@ import torch
 from ... import kernels, timing_spec
 from ...attention.flops import attention_flops
 from ...attention.masks import kernel_takes
+from ...attention.problem import Problem
 from ...spec import ProblemSpec
 from ...kernels.base import Kernel, Unsupported
 from ...timing_spec import CountedTiming, TimingSpec
@@ -42,6 +43,10 @@ class MeasuredSpec(ProblemSpec, CountedTiming):
     """A problem and how a cell measures it: the settings kernel and CP cells share."""
 
     gate_seqlen: int = 512
+
+    def problem(self, device: torch.device | None = None) -> Problem:
+        """The problem on ``device`` (default: the spec's own; a CP rank passes its local GPU)."""
+        return Problem.from_spec(self, device)
 
 
 @dataclass(frozen=True, kw_only=True)

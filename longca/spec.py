@@ -2,7 +2,7 @@
 
 Config resolves to these fields, a kernel cell's and a CP cell's specs extend them
 (``longca.execution.measure.cell.CellSpec``, ``cp_cell.CPSpec``), the parts' cache keys take them
-(``longca.execution.measure.parts.PROBLEM_SETTINGS``), ``longca run-cell`` has a flag for each and
+(``longca.execution.cache.parts.PROBLEM_SETTINGS``), ``longca run-cell`` has a flag for each and
 the Parquet tables a column for each (``longca.problem_settings`` derives those; the table's
 columns are held to these by ``tests/test_spec.py``).  This module is in every part's cache key
 (its code is the problem's), so what only uses the fields lives in ``longca.problem_settings``.  ``longca.attention.problem.Problem`` is the problem built from

@@ -136,7 +136,7 @@ def _imported_modules(path: Path) -> set[Path]:
 def test_each_part_fingerprint_covers_every_module_it_measures_with():
     """A part's cache key hashes the problem's code, the part's own and the adapter: a module the
     part's code imports but its list leaves out could change a number without re-measuring it."""
-    from longca.execution.measure.parts import PARTS, PROBLEM_CODE, REGISTRIES
+    from longca.execution.cache.parts import PARTS, PROBLEM_CODE, REGISTRIES
 
     from longca import kernels
 

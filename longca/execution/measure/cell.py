@@ -1,7 +1,7 @@
 """One cell = one measurement = one result row.
 
 A cell builds its problem and asks the kernel whether it supports it; then it measures its three
-parts (``longca.execution.measure.parts``): the gate (``gate``: the kernel against the exact
+parts (``longca.execution.cache.parts``): the gate (``gate``: the kernel against the exact
 reference on the cell's mask at a short length, structure kept; a wrong kernel is never timed), the
 timing (``timed``) and the memory one call needs (``memory``).  Each part found in the run's store
 (``longca.execution.cache.store``) under its key is taken from there instead of measured again.  Every
@@ -27,9 +27,9 @@ from ...attention.problem import Problem
 from ...spec import ProblemSpec
 from ...kernels.base import Kernel, Unsupported
 from ...timing_spec import CountedTiming, TimingSpec
-from ..cache import fingerprint
+from ..cache import fingerprint, parts
 from ..cache.store import Store
-from . import env, parts
+from . import env
 from .gate import gate_problem, measure_gate
 from .call_memory import CallReading
 from .memory import measure_memory

@@ -2,11 +2,12 @@
 
 Config resolves to these fields, a kernel cell's and a CP cell's specs extend them
 (``longca.execution.measure.cell.CellSpec``, ``cp_cell.CPSpec``), the parts' cache keys take them
-(``longca.execution.measure.parts.PROBLEM_SETTINGS``), ``longca run-cell`` has a flag for each and
+(``longca.execution.cache.parts.PROBLEM_SETTINGS``), ``longca run-cell`` has a flag for each and
 the Parquet tables a column for each (``longca.problem_settings`` derives those; the table's
 columns are held to these by ``tests/test_spec.py``).  This module is in every part's cache key
 (its code is the problem's), so what only uses the fields lives in ``longca.problem_settings``.  ``longca.attention.problem.Problem`` is the problem built from
-them: masks and tensors, which need torch; ``problem()`` builds it.  Beside ``longca.timing_spec``
+them: masks and tensors, which need torch; ``Problem.from_spec`` builds it (this module imports none
+of it).  Beside ``longca.timing_spec``
 (how a cell is timed), which is declared the same way.
 """
 
@@ -42,16 +43,6 @@ class ProblemSpec:
 
     # What the settings are called in an error about unknown keys.
     SETTINGS_NAME = "problem"
-
-    def problem(self, device: torch.device | None = None) -> Problem:
-        """The problem on ``device`` (default: the spec's own; a CP rank passes its local GPU)."""
-        import torch
-
-        from .attention.problem import Problem, parse_dtype
-
-        return Problem(self.pattern or self.mask, self.seqlen, self.batch, self.heads_q, self.heads_kv,
-                       self.head_dim, parse_dtype(self.dtype), torch.device(self.device) if device is None else device,
-                       self.direction, self.seed, dict(self.mask_params))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]):

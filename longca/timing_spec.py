@@ -1,7 +1,7 @@
 """How a cell is timed, defined once: warm-up, repetitions, their time budgets and graph replay.
 
 Config (``timing:`` over the device's defaults, ``longca.config``) resolves to these fields; a
-cell's settings, its timing part's cache key (``longca.execution.measure.parts``), its row and the
+cell's settings, its timing part's cache key (``longca.execution.cache.parts``), its row and the
 Parquet columns carry them under these names; the harness (``longca.execution.measure.timed``)
 takes them.  A CP cell is timed by counts, a warm-up duration and graph replay only
 (``CountedTiming``): its ranks must make the same calls, so none may stop warming up on its own.  Torch-free: the config and the

@@ -6,7 +6,7 @@
 GPU time is what the table costs: a run that stops mid-grid leaves its cells in an archive
 (docs/results/*/cells.tgz, lab/data/*/workflow_cells.tgz), and the next run should go on from
 them, measuring only what is missing or what changed.  A cell is three cached parts, each keyed on
-its settings and the code it depends on (``longca.execution.measure.parts``): the gate, the timing
+its settings and the code it depends on (``longca.execution.cache.parts``): the gate, the timing
 and the memory.  An archived row is used only when all of this holds (else it is dropped, with the
 reason, counted):
 
@@ -101,7 +101,7 @@ def units_at(old_pkg: Path, old_files: list[str]) -> set[str]:
 def restorable_parts(kernel: str, then: set[str]) -> dict[str, bool]:
     """Per part, whether every code unit it depends on now was there at COMMIT; and ``problem``:
     whether the code deciding support (the problem's and the adapter's) was."""
-    from longca.execution.measure.parts import PARTS
+    from longca.execution.cache.parts import PARTS
 
     found = {part: set(fingerprint.units(fingerprint.part_files(part, kernel))) <= then for part in PARTS}
     found["problem"] = set(fingerprint.units(fingerprint.problem_files(kernel))) <= then
@@ -165,7 +165,7 @@ def read_archive(path: Path) -> dict[str, tuple[dict, str]]:
 def restore(args) -> dict:
     from longca.execution.cache import store as store_mod
     from longca.execution.measure.cell import CellSpec
-    from longca.execution.measure.parts import PARTS, part_key, part_settings
+    from longca.execution.cache.parts import PARTS, part_key, part_settings
 
     cfg = resolved(*args.config)
     reps_then = resolved(*args.measured_with)["timing"]["reps"]

@@ -6,6 +6,7 @@ import sys
 import types
 
 from longca import kernels
+from longca.attention.problem import Problem
 from longca.spec import ProblemSpec
 
 
@@ -43,4 +44,4 @@ def head_block_problem(block: int, variable_unit: int | None = None, **over):
         pattern, params["unit"] = "variable_block_sparse_heads", variable_unit
     spec = dict(mask="sparse", pattern=pattern, seqlen=512, dtype="float64", batch=1, heads_q=4, heads_kv=2,
                 head_dim=8, mask_params=params)
-    return ProblemSpec(**{**spec, **over}).problem()
+    return Problem.from_spec(ProblemSpec(**{**spec, **over}))

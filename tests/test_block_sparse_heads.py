@@ -11,7 +11,7 @@ from longca import config as longca_config
 from longca import kernels
 from longca.attention import chunked_reference, masks, reference
 from longca.attention.masks import gate as gate_masks
-from longca.attention.problem import ProblemSpec
+from longca.attention.problem import Problem, ProblemSpec
 from longca.execution.measure.cell import CellSpec, run_cell
 
 
@@ -150,9 +150,9 @@ def test_flex_block_sparse_passes_the_gate_on_cpu():
 
 def test_a_flex_backward_with_no_tile_configuration_is_unsupported(monkeypatch):
     kernel = kernels.get("flex_block_sparse")
-    problem = ProblemSpec(mask="sparse", pattern="block_sparse_heads", seqlen=256, dtype="float32",
-                          heads_q=2, heads_kv=1, head_dim=16, direction="bwd",
-                          mask_params={"kept": 0.5, "block": 64, "heads": 1, "group": 2}).problem()
+    problem = Problem.from_spec(ProblemSpec(mask="sparse", pattern="block_sparse_heads", seqlen=256, dtype="float32",
+                                            heads_q=2, heads_kv=1, head_dim=16, direction="bwd",
+                                            mask_params={"kept": 0.5, "block": 64, "heads": 1, "group": 2}))
 
     def refuse(*_):
         raise RuntimeError("LoweringException: NoValidChoicesError: No choices to select.")

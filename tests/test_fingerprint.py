@@ -63,7 +63,7 @@ def test_every_kernel_has_a_fingerprint_over_its_adapter_and_the_measurement_cod
 
 
 def test_each_part_is_keyed_on_its_own_code_only():
-    from longca.execution.measure.parts import PARTS
+    from longca.execution.cache.parts import PARTS
 
     names = {part: {f.name for f in fingerprint.part_files(part, "sdpa")} for part in PARTS}
     assert "gate.py" in names["gate"] and "reference.py" in names["gate"]

@@ -11,7 +11,7 @@ import torch
 from stand_in import fresh_adapter, head_block_problem, install_library
 
 from longca.attention import reference
-from longca.attention.problem import ProblemSpec
+from longca.attention.problem import Problem, ProblemSpec
 from longca.execution.measure.cell import CellSpec, run_cell
 
 
@@ -66,7 +66,7 @@ def test_each_kv_heads_kept_blocks_reach_flashinfer_and_give_exact_attention(fla
 def test_backward_batches_and_other_masks_are_refused_with_the_reason(flashinfer):
     assert flashinfer.supports(_problem(64, direction="bwd")) is not None
     assert "one sequence per call" in flashinfer.supports_mask(_problem(64, batch=2))
-    assert "block_sparse_heads" in flashinfer.supports_mask(ProblemSpec(mask="causal", seqlen=128).problem())
+    assert "block_sparse_heads" in flashinfer.supports_mask(Problem.from_spec(ProblemSpec(mask="causal", seqlen=128)))
 
 
 def test_without_the_library_a_cell_is_unsupported_and_says_what_to_install():

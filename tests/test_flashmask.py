@@ -16,7 +16,7 @@ from stand_in import fresh_adapter, install_library
 from longca.attention import masks, reference
 from longca.attention.flashmask import FlashMaskIndices, NotRepresentable, flashmask_dense, to_flashmask
 from longca.attention.masks import AttnMask, AttnSlice
-from longca.attention.problem import ProblemSpec
+from longca.attention.problem import Problem, ProblemSpec
 from longca.execution.measure.cell import CellSpec, run_cell
 
 CAUSAL_ONLY = {"causal", "causal_blockwise", "shared_question", "sliding_window_causal", "varlen_causal",
@@ -84,8 +84,8 @@ def _paddle_tensor(t):
 @pytest.mark.parametrize("pattern", ["causal", "varlen_full", "shared_question", "global_sliding_window"])
 @pytest.mark.parametrize("direction", ["fwd", "bwd"])
 def test_the_adapter_through_a_stand_in_paddle_is_exact_attention(flashmask, pattern, direction):
-    problem = ProblemSpec(mask=pattern, seqlen=384, dtype="float64", heads_q=4, heads_kv=2, head_dim=8,
-                          direction=direction).problem()
+    problem = Problem.from_spec(ProblemSpec(mask=pattern, seqlen=384, dtype="float64", heads_q=4, heads_kv=2, head_dim=8,
+                                            direction=direction))
     prepared = flashmask.prepare(problem)
     assert prepared["causal"] == (pattern in CAUSAL_ONLY)
     q, k, v, grad_out = problem.make_inputs(requires_grad=True)
@@ -128,7 +128,7 @@ def test_a_cells_mask_is_converted_once_for_its_checks_and_its_prepare(flashmask
     made = []
     real = adapter_module.to_flashmask
     monkeypatch.setattr(adapter_module, "to_flashmask", lambda mask: made.append(mask.name) or real(mask))
-    problem = ProblemSpec(mask="varlen_causal", seqlen=384, dtype="float64", heads_q=4, heads_kv=2, head_dim=8).problem()
+    problem = Problem.from_spec(ProblemSpec(mask="varlen_causal", seqlen=384, dtype="float64", heads_q=4, heads_kv=2, head_dim=8))
     assert flashmask.supports_mask(problem) is None
     flashmask.prepare(problem)
     assert made == ["varlen_causal"]

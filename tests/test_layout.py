@@ -1,14 +1,15 @@
-"""The package's layers import one way: attention ← kernels, cp ← execution ← results.
+"""The package's imports point down: no file imports one that imports it back, the layers import one
+way (``ORDER``: settings ← attention ← kernels ← cp ← config ← execution ← results ← the command line)
+and so do the rooms of ``longca/execution`` (``ROOMS``: cache ← measure ← processes ← cluster).
 
 Read from the source (every import statement, also those inside functions), so a new module that
-reaches up a layer fails here instead of in a review."""
+reaches up a layer or closes a circle fails here instead of in a review."""
 
 import ast
 from pathlib import Path
+from typing import Mapping
 
 PACKAGE = Path(__file__).resolve().parent.parent / "longca"
-# Layer of each subpackage; a module may import its own layer and those below.
-LAYERS = {"attention": 0, "kernels": 1, "cp": 1, "execution": 2, "results": 3}
 
 
 def imported_names(path: Path, source: str | None = None) -> set[str]:
@@ -32,34 +33,173 @@ def imported_modules(path: Path, source: str | None = None) -> set[str]:
     return {m for m in imported_names(path, source) if m == "longca" or m.startswith("longca.")}
 
 
-def layer_of(module: str) -> str | None:
+# --- Files: which file of the package each import statement runs -------------------------------------
+
+def module_name(path: Path) -> str:
+    """``longca/cp/local.py`` → ``longca.cp.local``; a package's ``__init__.py`` is the package."""
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+FILES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _file_of(name: str) -> str | None:
+    """The package file a dotted name is in (``longca.cp.local.merge_into`` → ``longca.cp.local``)."""
+    parts = name.split(".")
+    while parts and ".".join(parts) not in FILES:
+        parts.pop()
+    return ".".join(parts) or None
+
+
+def imported_files(path: Path, source: str | None = None) -> set[str]:
+    """The package files (as ``module_name``s) whose code ``path``'s import statements run, at module
+    level and inside functions.  ``from pkg import x`` is ``pkg/x.py`` where ``x`` is a submodule, else
+    ``pkg/__init__.py`` (a member's ``from . import register`` imports its package's ``__init__``).
+    The ``__init__`` of the packages above a named file, which Python runs first, is not counted: every
+    package would then be a circle with the modules it imports.  Nor is a registry's discovery of its
+    members (``importlib.import_module`` in ``longca/registry.py``): it is no import statement."""
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = parts[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            names = [f"{module}.{a.name}" if f"{module}.{a.name}" in FILES else module for a in node.names]
+        else:
+            continue
+        found |= {f for f in map(_file_of, names) if f is not None}
+    return found - {module_name(path)}
+
+
+def import_graph(extra: Mapping[str, str] = {}) -> dict[str, set[str]]:
+    """Each package file → the package files it imports; ``extra`` adds source to a file (for tests
+    of the checks themselves)."""
+    return {m: imported_files(p, p.read_text() + "\n" + extra.get(m, "")) for m, p in FILES.items()}
+
+
+def circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The groups of files that import each other, directly or around a circle (each sorted)."""
+    reach = {}
+    for start in graph:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        reach[start] = seen
+    groups = {tuple(sorted({m} | {n for n in reach[m] if m in reach[n]})) for m in graph if m in reach[m]}
+    return sorted(list(g) for g in groups)
+
+
+def _explained(group: list[str], graph: Mapping[str, set[str]]) -> str:
+    return "circle: " + "; ".join(f"{m} imports {', '.join(sorted(graph[m] & set(group)))}" for m in group)
+
+
+# No circle is allowed, not even through an import inside a function: one would let a module run
+# before the module it needs has finished.  The only exception this test would name is a lazy import
+# of torch-bound code from a torch-free module, with why; none is needed (spec.py no longer builds
+# the Problem: ``Problem.from_spec`` does, and cp/block_ops.py holds what cp/fused, fused_varlen and
+# local shared).
+ALLOWED_CIRCLES: list[list[str]] = []
+
+
+def test_no_file_of_the_package_imports_one_that_imports_it_back():
+    graph = import_graph()
+    found = [g for g in circles(graph) if g not in ALLOWED_CIRCLES]
+    assert not found, "\n".join(_explained(g, graph) for g in found)
+
+
+def test_the_circle_check_sees_imports_inside_functions_and_of_a_package_init():
+    # spec.py building the Problem itself, lazily: the circle this package had.
+    lazy = {"longca.spec": "def problem(self):\n    from .attention.problem import Problem\n"}
+    assert ["longca.attention.problem", "longca.spec"] in circles(import_graph(lazy))
+    # A registry's package importing a member that imports ``register`` from the package.
+    member = {"longca.kernels": "def names():\n    from . import sdpa\n"}
+    assert ["longca.kernels", "longca.kernels.sdpa"] in circles(import_graph(member))
+
+
+# --- Layers: lowest first; a file imports its own layer and those below ---------------------------
+# A name is a top-level module or subpackage of longca/ ("__init__": the package's own file).
+ORDER: tuple[tuple[str, ...], ...] = (
+    # Settings and names, torch-free, that every layer shares: the registry that finds kernels and
+    # strategies, a cell's problem and timing as settings, the run's paths, a cell's identity.
+    ("__init__", "registry", "spec", "timing_spec", "problem_settings", "run_dir", "cells"),
+    # The attention model, and its public names re-exported at the top (masks, flops, reference).
+    ("attention", "masks", "flops", "reference"),
+    ("kernels",),
+    ("cp",),  # CP strategies compute their local blocks with the kernels; no kernel knows about CP
+    ("config",),  # config as data, validated against the kernels' and strategies' names
+    ("execution",),
+    ("results",),
+    ("status", "cli", "__main__"),  # the command line and what it reports
+    ("api",),  # the names code outside the tool uses (the lab): it may name any layer
+)
+
+
+def layer_name(module: str) -> str:
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def layer(module: str) -> int:
+    return next(i for i, names in enumerate(ORDER) if layer_name(module) in names)
+
+
+def upward(graph: Mapping[str, set[str]], level, where=lambda m: True) -> list[str]:
+    """Each import in ``graph`` of a file whose ``level`` is above the importer's."""
+    return [f"{m} imports {t}" for m, targets in sorted(graph.items()) if where(m)
+            for t in sorted(targets) if where(t) and level(t) > level(m)]
+
+
+def test_every_module_of_the_package_has_one_place_in_the_order():
+    names = [n for layer_names in ORDER for n in layer_names]
+    assert len(names) == len(set(names)), names
+    top = {p.stem for p in PACKAGE.glob("*.py")} | {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert top == set(names), f"not in ORDER: {sorted(top - set(names))}; gone: {sorted(set(names) - top)}"
 
 
 def test_layers_import_only_downwards():
-    wrong = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(PACKAGE).as_posix()
-        here = rel.split("/")[0]
-        if here not in LAYERS:
-            continue
-        for module in imported_modules(path):
-            there = layer_of(module)
-            if there is not None and LAYERS[there] > LAYERS[here]:
-                wrong.append(f"{rel} imports {module}")
-            if module in ("longca.cli", "longca.__main__"):
-                wrong.append(f"{rel} imports the command line ({module})")
+    wrong = upward(import_graph(), layer)
     assert not wrong, "\n".join(wrong)
 
 
+def test_the_layer_check_sees_an_upward_import_inside_a_function():
+    bad = {"longca.attention.problem": "def f():\n    from ..results import tables\n",
+           "longca.kernels.sdpa": "from ..cp import local\n",
+           "longca.spec": "def g():\n    from . import config\n"}
+    assert set(upward(import_graph(bad), layer)) >= {
+        "longca.attention.problem imports longca.results.tables", "longca.kernels.sdpa imports longca.cp.local",
+        "longca.spec imports longca.config"}
+
+
+# --- The rooms of longca/execution: lowest first ---------------------------------------------------
+# What is measured is keyed by the cache (cache/parts: the parts and their keys; fingerprint: their
+# code); processes run the measuring code on this machine; cluster runs them across GPUs and nodes.
 EXECUTION = PACKAGE / "execution"
-ROOMS = ("measure", "cache", "processes", "cluster")
+ROOMS = ("cache", "measure", "processes", "cluster")
 
 
 def room_of(module: str) -> str | None:
     parts = module.split(".")
     return parts[2] if len(parts) > 2 and parts[:2] == ["longca", "execution"] and parts[2] in ROOMS else None
+
+
+def test_execution_rooms_import_only_downwards_or_within_the_room():
+    wrong = upward(import_graph(), lambda m: ROOMS.index(room_of(m)), where=room_of)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_room_check_sees_an_upward_import_inside_a_function():
+    bad = {"longca.execution.cache.store": "def f():\n    from ..measure import cell\n",
+           "longca.execution.measure.cell": "from ..processes import wire\n"}
+    assert set(upward(import_graph(bad), lambda m: ROOMS.index(room_of(m)), where=room_of)) == {
+        "longca.execution.cache.store imports longca.execution.measure.cell",
+        "longca.execution.measure.cell imports longca.execution.processes.wire"}
 
 
 def function_level_imports(path: Path, source: str | None = None) -> set[str]:
@@ -93,12 +233,6 @@ def test_the_rooms_check_sees_an_import_inside_a_function():
     assert "longca.execution.processes.runner" in found and "longca.execution.cache" not in found
 
 
-def test_kernels_and_cp_stay_apart_one_way():
-    """CP strategies compute their local blocks with the kernels; no kernel knows about CP."""
-    for path in sorted((PACKAGE / "kernels").rglob("*.py")):
-        assert not any(layer_of(m) == "cp" for m in imported_modules(path)), path
-
-
 def test_the_checker_resolves_relative_imports():
     """The check must be able to fail: relative imports reaching up a layer, also inside a function
     and from a package's __init__, resolve to the modules they name."""
@@ -106,6 +240,10 @@ def test_the_checker_resolves_relative_imports():
     assert imported_modules(PACKAGE / "attention" / "probe.py", source) >= {
         "longca.execution.timing", "longca.attention.problem", "longca.results.plots"}
     assert "longca.execution" in imported_modules(PACKAGE / "attention" / "__init__.py", "from .. import execution")
+    # Files: a submodule named in ``from pkg import x`` is its own file, any other name its package's.
+    assert imported_files(PACKAGE / "cp" / "probe.py", "from . import local, register\nfrom ..kernels.sdpa import X\n"
+                          "def f():\n    import longca.results.tables\n") == {
+        "longca.cp.local", "longca.cp", "longca.kernels.sdpa", "longca.results.tables"}
 
 
 def _imported_modules(path: Path) -> set[Path]:
@@ -136,7 +274,7 @@ def _imported_modules(path: Path) -> set[Path]:
 def test_each_part_fingerprint_covers_every_module_it_measures_with():
     """A part's cache key hashes the problem's code, the part's own and the adapter: a module the
     part's code imports but its list leaves out could change a number without re-measuring it."""
-    from longca.execution.measure.parts import PARTS, PROBLEM_CODE, REGISTRIES
+    from longca.execution.cache.parts import PARTS, PROBLEM_CODE, REGISTRIES
 
     from longca import kernels
 

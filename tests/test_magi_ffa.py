@@ -9,7 +9,7 @@ import torch
 from stand_in import fresh_adapter, install_library
 
 from longca.attention import mask_convert, masks, reference
-from longca.attention.problem import ProblemSpec
+from longca.attention.problem import Problem, ProblemSpec
 from longca.execution.measure.cell import CellSpec, run_cell
 from longca.execution.measure.gate import gate_problem
 from longca.kernels.magi_ffa import ffa_ranges
@@ -34,7 +34,7 @@ def ffa_dense(q_ranges, k_ranges, attn_types, seqlen_q, seqlen_k) -> torch.Tenso
 def _gate_mask(pattern: str, seqlen: int = 8192, target: int = 512):
     """The pattern at ``target`` tokens with its structure kept (windows, documents, blocks), as the
     correctness gate builds it."""
-    problem = ProblemSpec(mask=pattern, seqlen=seqlen, dtype="float32", seed=1).problem()
+    problem = Problem.from_spec(ProblemSpec(mask=pattern, seqlen=seqlen, dtype="float32", seed=1))
     return gate_problem(problem, target).mask
 
 
@@ -78,8 +78,8 @@ def ffa_library(monkeypatch):
                                      "shared_question"])
 def test_the_adapter_calls_ffa_with_packed_tokens_and_gets_exact_attention(ffa_library, pattern):
     mask = _gate_mask(pattern, target=256)
-    problem = ProblemSpec(mask=pattern, seqlen=8192, dtype="float64", seed=1, batch=2,
-                          heads_q=4, heads_kv=2, head_dim=8).problem()
+    problem = Problem.from_spec(ProblemSpec(mask=pattern, seqlen=8192, dtype="float64", seed=1, batch=2,
+                                            heads_q=4, heads_kv=2, head_dim=8))
     problem = gate_problem(problem, 256)
     assert problem.mask.slices == mask.slices
     q, k, v, grad_out = problem.make_inputs(requires_grad=True)
@@ -102,9 +102,9 @@ def test_ffa_block_sparse_runs_each_kv_heads_tiles_as_its_own_stretch_of_tokens(
     head and sequence, with the group's query heads as FFA's heads, are exact per-head attention
     (forward and gradients), against the reference masking each query head with its KV head's tiles."""
     kernel = fresh_adapter("ffa_block_sparse")
-    problem = ProblemSpec(mask="sparse", pattern="block_sparse_heads", seqlen=256, dtype="float64", seed=3,
-                          batch=2, heads_q=4, heads_kv=2, head_dim=8,
-                          mask_params={"kept": 0.3, "block": 32, "heads": 2, "group": 2}).problem()
+    problem = Problem.from_spec(ProblemSpec(mask="sparse", pattern="block_sparse_heads", seqlen=256, dtype="float64", seed=3,
+                                            batch=2, heads_q=4, heads_kv=2, head_dim=8,
+                                            mask_params={"kept": 0.3, "block": 32, "heads": 2, "group": 2}))
     prepared = kernel.prepare(problem)
     assert prepared["ranges"] == 2 * len(problem.mask.runs()[0])
     q, k, v, grad_out = problem.make_inputs(requires_grad=True)
@@ -121,5 +121,5 @@ def test_ffa_block_sparse_runs_each_kv_heads_tiles_as_its_own_stretch_of_tokens(
 
 def test_ffa_block_sparse_takes_only_per_head_patterns(ffa_library):
     kernel = fresh_adapter("ffa_block_sparse")
-    problem = ProblemSpec(mask="causal", seqlen=128, dtype="bfloat16").problem()
+    problem = Problem.from_spec(ProblemSpec(mask="causal", seqlen=128, dtype="bfloat16"))
     assert "block_sparse_heads" in kernel.supports_mask(problem)

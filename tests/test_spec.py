@@ -9,7 +9,7 @@ from pathlib import Path
 
 from longca import config as longca_config
 from longca import problem_settings
-from longca.execution.measure.parts import PROBLEM_SETTINGS
+from longca.execution.cache.parts import PROBLEM_SETTINGS
 from longca.results import parquet
 from longca.spec import ProblemSpec
 

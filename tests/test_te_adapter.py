@@ -10,7 +10,7 @@ from stand_in import install_library
 
 from longca import kernels
 from longca.attention import reference
-from longca.attention.problem import ProblemSpec
+from longca.attention.problem import Problem, ProblemSpec
 from longca.execution.measure.gate import gate_problem
 from longca.kernels import transformer_engine_attn
 
@@ -78,8 +78,8 @@ def te_adapter(monkeypatch):
     ("sliding_window", "no_mask", "w,w"), ("sliding_window_causal", "causal", "w,0"),
     ("varlen_full", "padding", None), ("varlen_causal_long", "padding_causal", None)])
 def test_each_mask_goes_in_as_te_mask_type_and_window_and_is_exact(te_adapter, pattern, mask_type, window):
-    problem = ProblemSpec(mask=pattern, seqlen=8192, dtype="float64", seed=1, batch=2,
-                          heads_q=4, heads_kv=2, head_dim=8).problem()
+    problem = Problem.from_spec(ProblemSpec(mask=pattern, seqlen=8192, dtype="float64", seed=1, batch=2,
+                                            heads_q=4, heads_kv=2, head_dim=8))
     problem = gate_problem(problem, 256)     # the pattern's structure at 256 tokens, as the gate runs it
     assert te_adapter.supports_mask(problem) is None
     prepared = te_adapter.prepare(problem)
@@ -98,6 +98,6 @@ def test_each_mask_goes_in_as_te_mask_type_and_window_and_is_exact(te_adapter, p
 
 @pytest.mark.parametrize("pattern", ["shared_question", "causal_blockwise", "prefix_lm_causal", "global_sliding_window"])
 def test_masks_beyond_documents_and_windows_are_unsupported_with_the_reason(te_adapter, pattern):
-    problem = ProblemSpec(mask=pattern, seqlen=512, dtype="float64", seed=1).problem()
+    problem = Problem.from_spec(ProblemSpec(mask=pattern, seqlen=512, dtype="float64", seed=1))
     reason = te_adapter.supports_mask(problem)
     assert reason and "sliding windows and packed documents" in reason and repr(pattern) in reason

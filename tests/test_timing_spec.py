@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from longca import config, timing_spec
-from longca.execution.measure import parts
+from longca.execution.cache import parts
 from longca.execution.measure.cell import CellSpec
 from longca.execution.measure.cp_cell import CPSpec
 from longca.results.parquet import CP_SCHEMA, KERNEL_SCHEMA

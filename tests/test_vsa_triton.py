@@ -11,7 +11,7 @@ import torch
 from stand_in import fresh_adapter, head_block_problem, install_library
 
 from longca.attention import reference
-from longca.attention.problem import ProblemSpec
+from longca.attention.problem import Problem, ProblemSpec
 from longca.execution.measure.cell import CellSpec, run_cell
 
 TILE = 64
@@ -58,7 +58,7 @@ def test_each_query_heads_kept_tiles_reach_vsa_and_give_exact_attention(vsa, blo
 def test_blocks_vsa_cannot_tile_and_other_masks_are_refused(vsa):
     assert "64-token tiles; the pattern's tiles are multiples of 32 tokens" in vsa.supports_mask(_problem(32))
     assert "multiples of 32 tokens" in vsa.supports_mask(_problem(128, variable_unit=32))
-    assert "block_sparse_heads" in vsa.supports_mask(ProblemSpec(mask="causal", seqlen=128).problem())
+    assert "block_sparse_heads" in vsa.supports_mask(Problem.from_spec(ProblemSpec(mask="causal", seqlen=128)))
 
 
 def test_without_the_library_a_cell_is_unsupported_and_says_what_to_install():

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 import torch
 
-from ..spec import DIRECTIONS, ProblemSpec  # noqa: F401 — ProblemSpec re-exported: the settings of a Problem
+from ..spec import DIRECTIONS, ProblemSpec  # ProblemSpec re-exported: the settings of a Problem
 from . import masks
 from .masks import AttnMask
 
@@ -55,6 +55,14 @@ class Problem:
             built = masks.build(self.mask_name, self.seqlen, seed=self.seed, **dict(self.mask_params))
             object.__setattr__(self, "mask", built)
         object.__setattr__(self, "device", torch.device(self.device))
+
+    @classmethod
+    def from_spec(cls, spec: ProblemSpec, device: torch.device | None = None) -> "Problem":
+        """The problem ``spec`` names, on ``device`` (default: the spec's own; a CP rank passes its
+        local GPU)."""
+        return cls(spec.pattern or spec.mask, spec.seqlen, spec.batch, spec.heads_q, spec.heads_kv, spec.head_dim,
+                   parse_dtype(spec.dtype), torch.device(spec.device) if device is None else device,
+                   spec.direction, spec.seed, dict(spec.mask_params))
 
     @property
     def gqa(self) -> bool:

@@ -15,7 +15,7 @@ from .base import Strategy, Unsupported
 
 # Modules that are machinery, not strategies (everything else in this package registers some).
 _MACHINERY = frozenset({"base", "blocks", "layout", "local", "fused", "fused_varlen", "comm", "ring_engine", "a2a",
-                        "sequence_parallel"})
+                        "sequence_parallel", "block_ops"})
 REGISTRY: Registry[type[Strategy]] = Registry("CP strategy", __name__, __path__,
                                               lambda module: module not in _MACHINERY and not module.startswith("_"))
 register, names, get = REGISTRY.register, REGISTRY.names, REGISTRY.get

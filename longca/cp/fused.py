@@ -6,7 +6,7 @@ coordinates.  A packed-document mask leaves one slice per document piece, so cal
 slice makes the local attention host-bound (dozens of small launches per block).  A kernel that
 takes a list of slices natively (FFA's ranges with a type each) or a mask tensor runs the block as
 one call instead; a varlen kernel (FlashAttention-3) as one call per slice kind
-(``longca.cp.fused_varlen``).  ``FUSED`` names, per local kernel and device type, how it does so; a kernel it
+(``longca.cp.fused_varlen``); each is a ``BlockOps`` (``longca.cp.block_ops``).  ``FUSED`` names, per local kernel and device type, how it does so; a kernel it
 does not name falls back to one call per piece (``longca.cp.local``).  The table lives here, beside
 the CP machinery, rather than in each kernel's adapter: an adapter's code keys that kernel's
 published cells, which a CP entry point does not change.
@@ -20,66 +20,16 @@ and returns this block's share of dq ``(b, h, s, d)`` and of dk, dv ``(b, s, h_k
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 
 from .. import kernels
-from ..attention.masks import AttnMask, AttnSlice
+from ..attention.masks import AttnMask
 from ..kernels._lse_ops import LseOps
 from ..kernels.magi_ffa import ffa_ranges
-
-
-class BlockOps:
-    """``prepare`` once per block when the strategy is planned; what depends on the tensors' shapes
-    (a batch's offsets, a mask's size) is made on the block's first call, which is never timed
-    (the gate and the warm-up come first) and kept for the next."""
-
-    def prepare(self, slices: Sequence[AttnSlice], device: torch.device) -> Any:
-        return {"slices": tuple(slices), "by_shape": {}}
-
-    @staticmethod
-    def shaped(prepared, key, make):
-        cache = prepared["by_shape"]
-        if key not in cache:
-            cache[key] = make()
-        return cache[key]
-
-    def forward(self, q, k, v, prepared, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-        raise NotImplementedError
-
-    def backward(self, dout, q, k, v, out, lse, prepared, scale: float):
-        raise NotImplementedError
-
-    # The running accumulators a strategy gets from ``BlockAttention`` and only passes on: float32
-    # output and LSE laid out as the tokens are, and a float32 dq.
-    def new_accumulators(self, q):
-        from .local import Accumulators
-
-        return Accumulators.unset(q.shape, q.device)
-
-    def new_dq(self, q):
-        return torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-
-    def dq_result(self, dq_acc, dtype: torch.dtype) -> torch.Tensor:
-        return dq_acc.to(dtype)
-
-    # What a strategy calls: the block added into the running accumulators (``local.Accumulators``),
-    # laid out as the tokens are, ``(b, s, h, d)`` output and ``(b, s, h)`` LSE (float32), and dq
-    # ``(b, s, h, d)``.  A kernel that reduces into given buffers itself (FFA) overrides these and
-    # saves the merge.  ``sm_margin``: SMs to leave free for a transfer the call overlaps (kernels
-    # that take it: FFA).
-    def forward_into(self, q, k, v, prepared, scale: float, acc, sm_margin: int = 0) -> None:
-        from .local import merge_into
-
-        out, lse = self.forward(q, k, v, prepared, scale)
-        acc.start_zeroed()
-        merge_into(acc.out.transpose(1, 2), acc.lse.transpose(1, 2), out, lse)
-
-    def backward_into(self, dout, q, k, v, out, lse, prepared, scale: float, dq_acc, sm_margin: int = 0):
-        dq, dk, dv = self.backward(dout, q, k, v, out, lse, prepared, scale)
-        dq_acc += dq.transpose(1, 2)
-        return dk, dv
+from .block_ops import Accumulators, BlockOps
+from .fused_varlen import Fa3Varlen, VarlenBlockOps
 
 
 def _expand(kv: torch.Tensor, group: int) -> torch.Tensor:
@@ -195,8 +145,6 @@ class FfaBlockOps(BlockOps):
                  sm_margin=sm_margin, **self._call_ranges(prepared, q, k))
 
     def forward(self, q, k, v, prepared, scale):
-        from .local import Accumulators
-
         acc = Accumulators.unset(q.shape, q.device)
         self.forward_into(q, k, v, prepared, scale, acc)
         out, lse = acc.result()
@@ -226,8 +174,6 @@ def _ffa(device: torch.device) -> BlockOps:
 
 
 def _fa3(device: torch.device) -> BlockOps:
-    from .fused_varlen import Fa3Varlen, VarlenBlockOps
-
     return VarlenBlockOps(Fa3Varlen(importlib.import_module("flash_attn_interface")))
 
 

@@ -11,7 +11,7 @@ Rows go to the kernel as views where a layer's ranges follow one another in memo
 block of whole documents, its fetched keys); otherwise they are gathered (``index_select``) and the
 results put back by index.  The running output and dq stay in the inputs' dtype: the first call
 that covers every query row writes them in place, later ones fold in by log-sum-exp
-(``longca.cp.local.merge_into``, in float32, rounded once).  The backward takes the global output
+(``longca.cp.block_ops.merge_into``, in float32, rounded once).  The backward takes the global output
 and LSE, as every block's does.
 
 ``VarlenFns`` is the kernel's side: ``Fa3Varlen`` calls flash-attention's ``hopper/`` build; a test
@@ -28,8 +28,7 @@ import torch
 
 from ..attention.masks import AttnSlice, SliceKind
 from .blocks import merge_slices
-from .fused import BlockOps
-from .local import Accumulators, merge_into
+from .block_ops import Accumulators, BlockOps, merge_into
 
 
 def _rule(s: AttnSlice) -> tuple[bool, int, int]:

@@ -6,7 +6,7 @@ are what a kernel takes in one call otherwise: a FULL rectangle, a square causal
 (where the kernel accepts a mask tensor) a small dense pattern for the diagonal pieces sliding
 windows leave.  ``BlockAttention`` runs the pieces of a block through the kernel's
 LSE entry point (``Kernel.lse_ops``) and folds each into float32 accumulators with a guarded
-log-sum-exp merge; its backward takes the *global* output and LSE, so each block's dq/dk/dv are
+log-sum-exp merge (``longca.cp.block_ops``, shared with the whole-block ops); its backward takes the *global* output and LSE, so each block's dq/dk/dv are
 exact shares of the full gradient (rows that attend no key at all get zero gradient, never NaN).
 """
 
@@ -20,6 +20,7 @@ import torch
 from .. import kernels
 from ..attention.masks import AttnSlice, SliceKind
 from .base import Unsupported
+from .block_ops import Accumulators, merge_into
 from .fused import block_ops
 
 # ``local_kernel: auto``: the first of these the machine has.  FFA first: a CP block of a document
@@ -96,54 +97,6 @@ def to_pieces(slices: Sequence[AttnSlice], modes: frozenset[str], kernel: str) -
             raise Unsupported(f"local kernel {kernel} takes no mask tensor, and this mask leaves "
                               f"{s.kind.value} pieces in a CP block")
     return tuple(out)
-
-
-def merge_into(acc_out: torch.Tensor, acc_lse: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
-    """Fold a partial ``(out, lse)`` into the running accumulators, in place.
-
-    ``acc_out``/``out``: ``(b, h, s, d)``; ``acc_lse``/``lse``: ``(b, h, s)``.  ``acc_out`` is float32,
-    or the inputs' dtype where a block op keeps it so (``longca.cp.fused_varlen``).  Rows that have seen no
-    key yet carry ``lse = -inf``; the shift below is guarded so -inf - -inf never makes a NaN."""
-    hi = torch.maximum(acc_lse, lse)
-    shift = torch.where(torch.isinf(hi), torch.zeros_like(hi), hi)
-    w_acc = torch.exp(acc_lse - shift)
-    w_new = torch.exp(lse - shift)
-    total = w_acc + w_new
-    safe_total = total.clamp_min(torch.finfo(total.dtype).tiny)
-    if acc_out.dtype in (torch.float32, torch.float64):
-        acc_out.mul_((w_acc / safe_total).unsqueeze(-1))
-        acc_out.add_(out.to(acc_out.dtype) * (w_new / safe_total).unsqueeze(-1))
-    else:  # an output kept in the inputs' dtype: computed in float32, rounded once
-        acc_out.copy_(acc_out.float() * (w_acc / safe_total).unsqueeze(-1)
-                      + out.float() * (w_new / safe_total).unsqueeze(-1))
-    acc_lse.copy_(shift + torch.log(total))
-
-
-@dataclass
-class Accumulators:
-    """A rank's running float32 output and LSE.  ``out`` is left unset until the first block lands
-    (``fresh``): a one-call kernel that can write that block whole (FFA, disjoint query ranges) fills
-    it without a zero fill or atomics; any other first block zeroes it first (``start_zeroed``)."""
-
-    out: torch.Tensor
-    lse: torch.Tensor
-    fresh: bool = True
-
-    @classmethod
-    def unset(cls, shape, device) -> "Accumulators":
-        """``shape``: the output's, ``(b, s, h, d)`` or ``(b, h, s, d)``; the LSE's drops ``d``."""
-        return cls(torch.empty(*shape, dtype=torch.float32, device=device),
-                   torch.full(tuple(shape[:-1]), float("-inf"), dtype=torch.float32, device=device))
-
-    def start_zeroed(self) -> None:
-        if self.fresh:
-            self.out.zero_()
-            self.fresh = False
-
-    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(out, lse)``; rows no block reached are zero with LSE -inf."""
-        self.start_zeroed()
-        return self.out, self.lse
 
 
 class BlockAttention:

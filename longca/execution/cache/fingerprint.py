@@ -1,6 +1,6 @@
 """Code fingerprints: part of every cached measurement's key.
 
-A kernel cell measures three things, each cached on its own (``longca.execution.measure.parts``):
+A kernel cell measures three things, each cached on its own (``longca.execution.cache.parts``):
 correctness (the gate), time and memory.  Each is determined by its settings and by the code that
 computes it: the problem's code (masks, shapes, the kernel registry), the kernel's adapter, and the
 part's own modules.  So changing one adapter reruns that adapter's cells only, fixing the gate re-runs
@@ -24,7 +24,7 @@ import io
 import tokenize
 from pathlib import Path
 
-from ..measure.parts import PARTS, PROBLEM_CODE
+from .parts import PARTS, PROBLEM_CODE
 
 PACKAGE = Path(__file__).resolve().parents[2]  # longca/: the files below are named relative to it
 

@@ -1,6 +1,6 @@
 """The store: every measured part of every kernel cell, kept by its key, never deleted by a run.
 
-A cell's row is composed from its parts (``longca.execution.measure.parts``): the gate's verdict,
+A cell's row is composed from its parts (``longca.execution.cache.parts``): the gate's verdict,
 the timing and the memory.  Each part is written here as soon as it is measured, under
 ``results/store/<part>/<key>.json``, outside the files Snakemake owns (Snakemake deletes a job's
 outputs before it runs it again, and every output of a failed job).  A cell asked to run again

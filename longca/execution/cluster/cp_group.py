@@ -5,7 +5,7 @@ A fresh ``torchrun`` per cell pays for Python, torch, CUDA and NCCL on every ran
 (``longca cp-cell`` with a warm isolation) takes the slots of ``cp_size`` GPUs that are free
 together (two cp_size-2 cells share a 4-GPU host), connects to the group that serves exactly that
 GPU set, starting it on first use (``longca cp-group``, a ``torchrun`` job whose ranks run
-``longca.execution.measure.cp_resident``), hands over the cell's settings and writes the row it gets
+``longca.execution.processes.cp_resident``), hands over the cell's settings and writes the row it gets
 back.  The group's name carries the worker key (interpreter, LongCA's sources, ``LONGCA_*``
 environment), so no group runs stale code.
 
@@ -47,7 +47,7 @@ def launch_command(nproc: int, device: str, socket_path: str, *, idle_s: float, 
                    rank_threads: int) -> list[str]:
     """The ``torchrun`` command a group runs (``longca cp-group`` execs it)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "-m", "longca.execution.measure.cp_resident", "--socket", socket_path, "--device", device,
+           "-m", "longca.execution.processes.cp_resident", "--socket", socket_path, "--device", device,
            "--idle", f"{idle_s:g}", "--timeout", f"{collective_timeout_s:g}"]
     if rank_threads:
         cmd += ["--threads", str(rank_threads)]

@@ -1,7 +1,7 @@
 """One cell = one measurement = one result row.
 
 A cell builds its problem and asks the kernel whether it supports it; then it measures its three
-parts (``longca.execution.measure.parts``): the gate (``gate``: the kernel against the exact
+parts (``longca.execution.cache.parts``): the gate (``gate``: the kernel against the exact
 reference on the cell's mask at a short length, structure kept; a wrong kernel is never timed), the
 timing (``timed``) and the memory one call needs (``memory``).  Each part found in the run's store
 (``longca.execution.cache.store``) under its key is taken from there instead of measured again.  Every
@@ -23,12 +23,13 @@ import torch
 from ... import kernels, timing_spec
 from ...attention.flops import attention_flops
 from ...attention.masks import kernel_takes
+from ...attention.problem import Problem
 from ...spec import ProblemSpec
 from ...kernels.base import Kernel, Unsupported
 from ...timing_spec import CountedTiming, TimingSpec
-from ..cache import fingerprint
+from ..cache import fingerprint, parts
 from ..cache.store import Store
-from . import env, parts
+from . import env
 from .gate import gate_problem, measure_gate
 from .call_memory import CallReading
 from .memory import measure_memory
@@ -42,6 +43,10 @@ class MeasuredSpec(ProblemSpec, CountedTiming):
     """A problem and how a cell measures it: the settings kernel and CP cells share."""
 
     gate_seqlen: int = 512
+
+    def problem(self, device: torch.device | None = None) -> Problem:
+        """The problem on ``device`` (default: the spec's own; a CP rank passes its local GPU)."""
+        return Problem.from_spec(self, device)
 
 
 @dataclass(frozen=True, kw_only=True)

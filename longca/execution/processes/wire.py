@@ -1,5 +1,6 @@
 """The socket protocol between a cell's client and the process that measures it (the warm worker,
-``worker.py``, and the resident GPU process, ``resident.py``): a length-prefixed JSON message,
+``worker.py``, the resident GPU process, ``resident.py``, and the resident CP group,
+``cp_resident.py``): a length-prefixed JSON message,
 optionally carrying file descriptors (the cell's stderr and row file) over a Unix socket."""
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..processes.wire import recv_msg, send_msg
-from .cp_cell import CPSpec, run_cell
-from .cp_rank import identified
+from ..measure.cp_cell import CPSpec, run_cell
+from ..measure.cp_rank import identified
+from .wire import recv_msg, send_msg
 
 # Rows after which the group is not trusted with another cell.
 ENDS_GROUP = frozenset({"timeout", "error"})
@@ -105,7 +105,7 @@ def serve(socket_path: str, device_type: str, idle_s: float, timeout_s: float, t
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m longca.execution.measure.cp_resident")
+    parser = argparse.ArgumentParser(prog="python -m longca.execution.processes.cp_resident")
     parser.add_argument("--socket", required=True)
     parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
     parser.add_argument("--idle", type=float, required=True, help="exit after this many seconds without a cell")

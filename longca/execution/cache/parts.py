@@ -6,7 +6,9 @@ re-runs gates and re-times nothing, a new memory probe measures memory only, and
 timing harness re-times without re-gating.  ``longca.execution.cache.store`` keeps the parts;
 ``longca.execution.measure.cell.run_cell`` measures only the parts it does not find there.
 
-Free of heavy imports: the Snakefile computes fingerprints from it without importing torch.
+Free of heavy imports: the Snakefile computes fingerprints from it without importing torch.  Kept
+in the cache room, under what is measured: ``fingerprint`` reads the parts' code from it and
+``longca.execution.measure.cell`` their keys.
 """
 
 from __future__ import annotations

@@ -22,6 +22,13 @@ load_yaml(os.path.join(workflow.basedir, "config", "config.yaml"))
 configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
+# The screen shows LongCA's lines, warnings and errors; Snakemake's job blocks go to its log
+# (.snakemake/log/), and to the screen too with --verbose (longca/execution/processes/console.py).
+from longca.execution.processes import console
+
+console.quiet_screen(workflow.output_settings.verbose, workflow.dryrun)
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/kernels.smk"
 include: "workflow/rules/cp.smk"
@@ -66,4 +73,4 @@ onsuccess:
     lost_cells.clear()  # every cell has its own row now: the stand-ins of an earlier failed run go
     kept_rows.release()  # and the copies kept for a rerun after a failed job
     if (closing_line := closing.line(run_dir.ROOT)):  # the run's last line: where to look, what is there
-        print(closing_line, file=sys.stderr)
+        console.closing_line_last(closing_line)

@@ -50,7 +50,18 @@ def test_the_run_ends_with_one_line_naming_the_report_and_the_counts(finished_ru
     out = (finished_run / "snakemake.out").read_text().rstrip().splitlines()
     closing = [line for line in out if line.startswith("LongCA: results/report.html")]
     assert closing == ["LongCA: results/report.html · kernel cells 16 (16 ok) · CP cells 0"], out[-10:]
-    assert out.index(closing[0]) >= len(out) - 5  # at the end, after Snakemake's own lines
+    assert out[-1] == closing[0]  # the last line, after Snakemake's own
+
+
+def test_the_screen_shows_longcas_lines_and_the_log_keeps_snakemakes(finished_run):
+    """16 cells and 12 other jobs: no job block on the screen, every one in Snakemake's log."""
+    out = (finished_run / "snakemake.out").read_text().rstrip().splitlines()
+    assert len(out) <= 40, "\n".join(out)
+    assert not [line for line in out if "rule " in line or line.startswith(("Select jobs", "Execute "))], out
+    (log,) = (finished_run / ".snakemake" / "log").glob("*.snakemake.log")
+    text = log.read_text()
+    assert text.count("localrule kernel_cell:") + text.count("\nrule kernel_cell:") == 16
+    assert "Complete log(s): " + str(log) in out
 
 
 def test_rows_are_measured_and_flops_follow_the_formula(finished_run):

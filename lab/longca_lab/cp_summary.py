@@ -5,7 +5,8 @@
         [--before docs/results/cp_4xh100_2026-11-27/cp.parquet] [--tie 0.05] [--by-local-kernel]
 
 Prints Markdown: the best strategy per mask × tokens per GPU × cp_size (2, 4) × direction, with its
-p20–p80 spread, the strategies tied with it, the scaling against cp_size 1 and the ratio to the
+p20–p80 spread, the strategies tied with it (``tables.tied_with``, the kernel tables' rule: a strategy
+whose figure × (1 + tie) reaches the best's), the scaling against cp_size 1 and the ratio to the
 fastest one-GPU kernel of ``--kernels`` on the same total problem (``longca.results.tables.cp_efficiency``);
 with ``--before``, the per-cell ratio of this table's per-GPU TFLOPs/s to another table's (same
 strategy, mask, tokens per GPU, cp_size, direction), per strategy × mask.
@@ -39,8 +40,7 @@ def best_table(cp: pd.DataFrame, kernels: pd.DataFrame, tie: float) -> str:
             key=lambda item: (order.index(item[0][0]), item[0][1], item[0][2], item[0][3])):
         ranked = group.sort_values("tflops_per_gpu", ascending=False)
         top = ranked.iloc[0]
-        tied = [s for s, t in zip(ranked["strategy"].iloc[1:], ranked["tflops_per_gpu"].iloc[1:])
-                if t >= top["tflops_per_gpu"] * (1 - tie)]
+        tied = tables.tied_with(ranked, "tflops_per_gpu", "strategy", tie)  # the kernel tables' rule
         areas = top["rank_area"]
         imbalance = max(areas) / (sum(areas) / len(areas)) if areas is not None and sum(areas) else float("nan")
         one = (f"{top['one_gpu_kernel']} {top['one_gpu_tflops']:.0f}" if pd.notna(top["one_gpu_tflops"])

@@ -278,6 +278,17 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
+class FlagHelp(argparse.HelpFormatter):
+    """Each flag's help ends with its default, unless the help says it or there is none to say."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("default" in text or action.required or not action.option_strings
+                or action.default in (None, False, argparse.SUPPRESS)):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -286,15 +297,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"longca {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    cell = sub.add_parser("run-cell", help="measure one kernel cell and write one JSON row")
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        """A subcommand whose --help starts with what it does and gives each flag's default."""
+        return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".",
+                              formatter_class=FlagHelp)
+
+    cell = command("run-cell", help="measure one kernel cell and write one JSON row")
     cell.add_argument("--settings", default=None,
                       help="JSON object of every cell setting (what the workflow passes); overrides the flags")
-    cell.add_argument("--kernel")
+    cell.add_argument("--kernel", help="the kernel to measure (`longca kernels` lists them)")
     problem_settings.add_flags(cell)
     timing_spec.add_flags(cell)
-    cell.add_argument("--gate-seqlen", type=int, default=512)
+    cell.add_argument("--gate-seqlen", type=int, default=512,
+                      help="length of the correctness gate's problem (the mask rebuilt there, structure kept)")
     cell.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    cell.add_argument("--cell-id", default=None)
+    cell.add_argument("--cell-id", default=None, help="the row's cell_id (default: derived from the settings)")
     cell.add_argument("--out", default=None, help="JSON file to write (default: stdout)")
     cell.add_argument("--isolation", default="fork", choices=["resident", "worker", "fork", "none"],
                       help="where the measurement runs: the device's long-lived measuring process (a fresh one "
@@ -307,25 +324,25 @@ def build_parser() -> argparse.ArgumentParser:
     cell.add_argument("--gpus", type=int, default=0, help="GPU slots for cuda cells (0: every visible GPU)")
     cell.set_defaults(func=_run_cell)
 
-    worker = sub.add_parser("worker", help="serve cells from a warm process (started by run-cell --isolation worker)")
-    worker.add_argument("--socket", required=True)
+    worker = command("worker", help="serve cells from a warm process (started by run-cell --isolation worker)")
+    worker.add_argument("--socket", required=True, help="the Unix socket to serve on")
     worker.add_argument("--idle", type=float, default=None,
                         help="exit after this many idle seconds (default: $LONGCA_WORKER_IDLE_S or 120)")
     worker.set_defaults(func=_worker)
 
-    lane = sub.add_parser("lane", help="serve one device's cells from a resident measuring process "
+    lane = command("lane", help="serve one device's cells from a resident measuring process "
                                        "(started by run-cell --isolation resident)")
-    lane.add_argument("--socket", required=True)
+    lane.add_argument("--socket", required=True, help="the Unix socket to serve on")
     lane.add_argument("--device", required=True, help="the GPU (a CUDA_VISIBLE_DEVICES entry) or 'cpu'")
     lane.add_argument("--idle", type=float, default=None,
                       help="exit after this many idle seconds (default: $LONGCA_WORKER_IDLE_S or 120)")
     lane.set_defaults(func=_lane)
 
-    cpc = sub.add_parser("cp-cell", help="measure one CP cell under torchrun and write one JSON row")
+    cpc = command("cp-cell", help="measure one CP cell under torchrun and write one JSON row")
     cpc.add_argument("--settings", required=True, help="the cell's resolved settings (JSON)")
-    cpc.add_argument("--out", required=True)
-    cpc.add_argument("--cell-id", default=None)
-    cpc.add_argument("--fingerprint", default=None)
+    cpc.add_argument("--out", required=True, help="JSON file to write the row to")
+    cpc.add_argument("--cell-id", default=None, help="the row's cell_id (default: derived from the settings)")
+    cpc.add_argument("--fingerprint", default=None, help="the code fingerprint the row records (the rule passes it)")
     cpc.add_argument("--timeout", type=float, default=600, help="seconds before the whole job is killed")
     cpc.add_argument("--threads", type=int, default=0, help="CPU threads for the cell, shared by its ranks")
     cpc.add_argument("--isolation", default="fork", choices=("fork", "worker", "resident"),
@@ -336,26 +353,27 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write an `unsupported` row with this reason instead of running the cell")
     cpc.set_defaults(func=_cp_cell)
 
-    cpg = sub.add_parser("cp-group", help="serve CP cells from a resident torchrun group on a GPU set "
+    cpg = command("cp-group", help="serve CP cells from a resident torchrun group on a GPU set "
                                           "(started by cp-cell --isolation worker/resident)")
-    cpg.add_argument("--socket", required=True)
-    cpg.add_argument("--nproc", type=int, required=True)
-    cpg.add_argument("--device", choices=("cpu", "cuda"), required=True)
+    cpg.add_argument("--socket", required=True, help="the Unix socket to serve on")
+    cpg.add_argument("--nproc", type=int, required=True, help="ranks in the group (the CP size)")
+    cpg.add_argument("--device", choices=("cpu", "cuda"), required=True, help="gloo on cpu, NCCL on cuda")
     cpg.add_argument("--devices", default="", help="the GPUs (CUDA_VISIBLE_DEVICES entries), comma-separated")
     cpg.add_argument("--threads", type=int, default=0, help="torch CPU threads per rank")
-    cpg.add_argument("--collective-timeout", type=float, default=480.0)
+    cpg.add_argument("--collective-timeout", type=float, default=480.0,
+                     help="seconds a collective may wait before the group gives up")
     cpg.set_defaults(func=_cp_group)
 
-    cps = sub.add_parser("cp-strategies", help="list the CP strategies and their options")
+    cps = command("cp-strategies", help="list the CP strategies and their options")
     cps.set_defaults(func=_cp_strategies)
 
-    ks = sub.add_parser("kernels", help="list kernels and whether they run on this machine, per device it has")
+    ks = command("kernels", help="list kernels and whether they run on this machine, per device it has")
     ks.set_defaults(func=_kernels)
 
-    ms = sub.add_parser("masks", help="list the mask patterns with their parameters and defaults")
+    ms = command("masks", help="list the mask patterns with their parameters and defaults")
     ms.set_defaults(func=_masks)
 
-    st = sub.add_parser("status", help="which cells of the configured grid are cached, missing or stale "
+    st = command("status", help="which cells of the configured grid are cached, missing or stale "
                                        "(Snakemake's own summary and dry run)")
     st.add_argument("--configfile", nargs="+", default=[], metavar="FILE",
                     help="config files over config/config.yaml, as for snakemake")
@@ -366,38 +384,40 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--list", action="store_true", help="name every missing and stale cell, and why it is stale")
     st.set_defaults(func=_status)
 
-    chk = sub.add_parser("check", help="correctness gate for every available kernel and mask; "
+    chk = command("check", help="correctness gate for every available kernel and mask; "
                                        "exit 1 on a wrong result")
     chk.add_argument("--kernels", nargs="*", default=None, help="default: every kernel available here")
     chk.add_argument("--masks", nargs="*", default=None, help="default: the 14 patterns, block_sparse and the per-head block patterns")
-    chk.add_argument("--directions", nargs="*", default=["fwd", "bwd"], choices=["fwd", "bwd"])
+    chk.add_argument("--directions", nargs="*", default=["fwd", "bwd"], choices=["fwd", "bwd"],
+                     help="forward, backward or both")
     # Resolved in _check: building the parser must not import torch (run-cell's worker client is light).
     chk.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     chk.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
-    chk.add_argument("--seqlen", type=int, default=384)
-    chk.add_argument("--heads-q", type=int, default=4)
-    chk.add_argument("--heads-kv", type=int, default=2)
-    chk.add_argument("--head-dim", type=int, default=64)
+    chk.add_argument("--seqlen", type=int, default=384, help="sequence length of the checked problem")
+    chk.add_argument("--heads-q", type=int, default=4, help="query heads")
+    chk.add_argument("--heads-kv", type=int, default=2, help="key/value heads (GQA when fewer than query heads)")
+    chk.add_argument("--head-dim", type=int, default=64, help="head dimension")
     chk.set_defaults(func=_check)
 
-    pr = sub.add_parser("predict", help="a CP strategy's per-GPU TFLOPs/s at GPU counts not measured, from a "
+    pr = command("predict", help="a CP strategy's per-GPU TFLOPs/s at GPU counts not measured, from a "
                                         "measured CP table and the kernel table of the same GPU (a model)")
     pr.add_argument("--cp", required=True, help="a measured cp.parquet (fits the model)")
     pr.add_argument("--kernels", required=True, help="the kernels.parquet of the same GPU model")
-    pr.add_argument("--strategies", nargs="+", default=["ring", "allgather", "ulysses", "usp", "double_ring"])
-    pr.add_argument("--mask", default="causal")
-    pr.add_argument("--direction", choices=("fwd", "bwd"), default="fwd")
-    pr.add_argument("--tokens-per-rank", type=int, default=8192)
-    pr.add_argument("--cp-sizes", type=int, nargs="+", default=[8, 16, 32, 64, 96])
-    pr.add_argument("--gpus-per-node", type=int, default=8)
+    pr.add_argument("--strategies", nargs="+", default=["ring", "allgather", "ulysses", "usp", "double_ring"],
+                    help="CP strategies to predict")
+    pr.add_argument("--mask", default="causal", help="a mask of the measured tables")
+    pr.add_argument("--direction", choices=("fwd", "bwd"), default="fwd", help="forward or backward")
+    pr.add_argument("--tokens-per-rank", type=int, default=8192, help="tokens per GPU (the total is this × cp_size)")
+    pr.add_argument("--cp-sizes", type=int, nargs="+", default=[8, 16, 32, 64, 96], help="GPU counts to predict")
+    pr.add_argument("--gpus-per-node", type=int, default=8, help="GPUs a node holds (rings beyond cross the network)")
     pr.add_argument("--network-gbs", type=float, default=50.0,
                     help="network GB/s per GPU across nodes (default 50: 8 × 400 Gb/s per 8-GPU node)")
     pr.add_argument("--nvlink-gbs", type=float, default=None, help="default: fitted on the measured table")
     pr.set_defaults(func=_predict)
 
-    agg = sub.add_parser("aggregate", help="cell JSON rows -> Parquet table")
-    agg.add_argument("--out", required=True)
-    agg.add_argument("cells", nargs="*")
+    agg = command("aggregate", help="cell JSON rows -> Parquet table")
+    agg.add_argument("--out", required=True, help="the Parquet file to write")
+    agg.add_argument("cells", nargs="*", help="cell JSON row files")
     agg.add_argument("--table", choices=("auto", "kernels", "cp"), default="auto",
                      help="the schema (default: by the rows' kind)")
     agg.set_defaults(func=_aggregate)

@@ -22,8 +22,7 @@ def grid_settings(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # Flags that take a value of their own kind: the direction one of DIRECTIONS, mask_params JSON.
-_FLAG_OPTIONS = {"direction": {"choices": DIRECTIONS},
-                 "mask_params": {"type": json.loads, "help": "JSON object of mask parameters"}}
+_FLAG_OPTIONS = {"direction": {"choices": DIRECTIONS}, "mask_params": {"type": json.loads}}
 
 
 def add_flags(parser) -> None:
@@ -31,6 +30,6 @@ def add_flags(parser) -> None:
     ``--seqlen`` have none (the caller asks for them, or for every setting as JSON)."""
     for f in dataclasses.fields(ProblemSpec):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        options = {"type": int if f.type == "int" else str,
+        options = {"type": int if f.type == "int" else str, "help": f.metadata["help"],
                    "default": None if default is dataclasses.MISSING else default, **_FLAG_OPTIONS.get(f.name, {})}
         parser.add_argument("--" + f.name.replace("_", "-"), **options)

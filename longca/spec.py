@@ -28,18 +28,19 @@ class ProblemSpec:
     new problem field is added here once.  ``pattern`` names the builder in ``masks.PATTERNS`` when
     ``mask`` is a config name of a parametrised variant (default: ``mask`` itself)."""
 
-    mask: str
-    seqlen: int
-    direction: str = "fwd"
-    dtype: str = "float32"
-    batch: int = 1
-    heads_q: int = 8
-    heads_kv: int = 8
-    head_dim: int = 64
-    mask_params: dict[str, Any] = field(default_factory=dict)
-    seed: int = 0
-    device: str = "cpu"
-    pattern: str | None = None
+    mask: str = field(metadata={"help": "the mask: a pattern (`longca masks` lists them) or a config variant's name"})
+    seqlen: int = field(metadata={"help": "sequence length (tokens)"})
+    direction: str = field(default="fwd", metadata={"help": "forward, or backward (timed alone, after an untimed forward)"})
+    dtype: str = field(default="float32", metadata={"help": "torch dtype of q, k and v (float32, bfloat16, float16)"})
+    batch: int = field(default=1, metadata={"help": "sequences per call"})
+    heads_q: int = field(default=8, metadata={"help": "query heads"})
+    heads_kv: int = field(default=8, metadata={"help": "key/value heads (GQA when fewer than query heads)"})
+    head_dim: int = field(default=64, metadata={"help": "head dimension"})
+    mask_params: dict[str, Any] = field(default_factory=dict, metadata={"help": "JSON object of mask parameters"})
+    seed: int = field(default=0, metadata={"help": "seed of the inputs and of masks that draw (documents, blocks)"})
+    device: str = field(default="cpu", metadata={"help": "cpu or cuda"})
+    pattern: str | None = field(default=None, metadata={
+        "help": "the pattern a config variant's name resolves to (default: the mask itself)"})
 
     # What the settings are called in an error about unknown keys.
     SETTINGS_NAME = "problem"

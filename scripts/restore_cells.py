@@ -4,7 +4,7 @@
         --config config/gpu.yaml [overrides.yaml ...] --measured-with FILE [FILE ...] [--dry-run]
 
 GPU time is what the table costs: a run that stops mid-grid leaves its cells in an archive
-(docs/results/*/cells.tgz, lab/data/*/workflow_cells.tgz), and the next run should go on from
+(``tar czf cells.tgz results/cells/kernels`` in its run directory), and the next run should go on from
 them, measuring only what is missing or what changed.  A cell is three cached parts, each keyed on
 its settings and the code it depends on (``longca.execution.cache.parts``): the gate, the timing
 and the memory.  An archived row is used only when all of this holds (else it is dropped, with the

@@ -352,6 +352,9 @@ def test_each_caption_has_one_source_for_both_reports():
     assert throughput.startswith(figure_captions.text("throughput", "causal"))
     assert memory == figure_captions.text("memory", "causal")
     assert "mask causal" in memory and "{{" not in throughput
+    # The HTML report shows no reStructuredText markup (``longca predict`` reads as plain words).
+    assert all("``" not in figure_captions.text(name, "causal") for name in figure_captions.FIGURES)
+    assert "longca predict's" in figure_captions.text("cp_predicted", "causal")
     # Every declared figure has its caption file, and the rules take each figure's caption by its name.
     assert set(figure_captions.FIGURES) == {*FIGURES, "html_report"}
     assert all(figure_captions.path(name).exists() for name in figure_captions.FIGURES)

@@ -424,8 +424,11 @@ def test_the_cost_note_counts_only_rows_measured_whole():
                  {"parts_reused": None, "time_wall_s": None, "status": "ok", "wall_s": 9.0,  # before part walls
                   "warmup_spent_ms": 25.0, "reps": 10, "median_ms": 10.0})
     assert tables.measured_whole(rows).tolist() == [True, True, True, False, False]
+    rows = rows.assign(device="cuda")
     note = tables.cost_note(rows)
     assert "3 cells were measured whole (2 ok), 0.30 s of wall a cell on average, 1 s in all (3.00× their GPU " \
            "work)" in note and "(0.15 s on average)" in note and "recorded each part's wall): 2." in note
     assert note in tables.provenance_notes(rows.assign(device_name="GPU", kernel="k", dtype="bfloat16"))
+    cpu = tables.cost_note(rows.assign(device="cpu"))  # a CPU run did no GPU work
+    assert "GPU" not in cpu and "(3.00× their timed CPU work)" in cpu
     assert tables.cost_note(rows.iloc[2:]) is None  # no ok row measured whole

@@ -31,4 +31,5 @@ def text(figure: str, mask: str | None = None) -> str:
     """The caption of ``figure`` as one paragraph, for ``mask`` where the figure is drawn per mask."""
     template = jinja2.Template(path(figure).read_text(), undefined=jinja2.StrictUndefined)
     rendered = template.render(snakemake=SimpleNamespace(wildcards=SimpleNamespace(mask=mask)))
-    return " ".join(rendered.split())
+    # reStructuredText's inline literals (``longca predict``) read as plain words in the HTML report.
+    return " ".join(rendered.replace("``", "").split())

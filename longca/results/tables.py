@@ -631,9 +631,11 @@ def cost_note(kernels: pd.DataFrame) -> str | None:
         return None
     wall, gpu = whole["wall_s"].astype(float), gpu_work_s(ok)
     left_out = len(kernels) - len(whole)
-    ratio = f" ({wall.sum() / gpu.sum():.2f}× their GPU work)" if gpu.sum() > 0 else ""
+    # The device the timed calls ran on names the work: a CPU run's cells did no GPU work.
+    work = "GPU work" if "device" in ok and (ok["device"] == "cuda").any() else "timed CPU work"
+    ratio = f" ({wall.sum() / gpu.sum():.2f}× their {work})" if gpu.sum() > 0 else ""
     return (f"What measuring cost: {len(whole)} cells were measured whole ({len(ok)} ok), {wall.mean():.2f} s "
-            f"of wall a cell on average, {wall.sum():.0f} s in all{ratio}; an ok cell's GPU work is its "
+            f"of wall a cell on average, {wall.sum():.0f} s in all{ratio}; an ok cell's {work} is its "
             f"warm-up and timed calls ({gpu.mean():.2f} s on average)."
             + (f" Rows not counted (parts taken from the store, or measured before rows recorded each part's "
                f"wall): {left_out}." if left_out else ""))

@@ -7,6 +7,7 @@ with a message naming the key and the reason.
 from __future__ import annotations
 
 import copy
+import difflib
 import itertools
 import math
 import re
@@ -224,7 +225,7 @@ def validate(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
     errors = [leaf for e in validator.iter_errors(config) for leaf in _specific_errors(e)]
     errors += _non_finite(config)
     if errors:
-        lines = sorted(f"{_key_path(e.absolute_path)}: {e.message}" for e in errors)
+        lines = sorted(f"{_key_path(e.absolute_path)}: {e.message}{_suggestion(e)}" for e in errors)
         raise ConfigError("invalid LongCA configuration:\n  " + "\n  ".join(lines))
     _apply_defaults(config, schema)
     defaults = DEVICE_DEFAULTS[config["device"]]
@@ -235,6 +236,20 @@ def validate(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
     _check_semantics(config)
     _select_cp_masks(config)
     return config
+
+
+def did_you_mean(name: str, known) -> str:
+    """' (did you mean 'X'?)' for the known names closest to a misspelt ``name``, or ''."""
+    close = difflib.get_close_matches(str(name), sorted(map(str, known)), n=2, cutoff=0.7)
+    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+
+
+def _suggestion(error: jsonschema.ValidationError) -> str:
+    """For a key the schema does not know, the keys it does that are spelt like it."""
+    if error.validator != "additionalProperties" or not isinstance(error.instance, dict):
+        return ""
+    known = error.schema.get("properties", {})
+    return "".join(did_you_mean(key, known) for key in error.instance if key not in known)
 
 
 # The keywords that say an instance has another shape than a oneOf branch expects (a string where an
@@ -306,12 +321,14 @@ def _check_semantics(config: dict) -> None:
     known = kernels.names()
     for i, name in enumerate(config["kernels"]):
         if name not in known:
-            problems.append(f"config.kernels[{i}]: unknown kernel {name!r}; known: {', '.join(known)}")
+            problems.append(f"config.kernels[{i}]: unknown kernel {name!r}{did_you_mean(name, known)}; "
+                            f"known: {', '.join(known)}")
     labels = set()
     for i, entry in enumerate(mask_entries(config)):
         if entry.pattern not in masks.PATTERNS and entry.pattern not in masks.EXTRA_PATTERNS:
-            problems.append(f"config.masks[{i}]: unknown mask pattern {entry.pattern!r}; "
-                            f"known: {', '.join(sorted(masks.PATTERNS) + sorted(masks.EXTRA_PATTERNS))}")
+            patterns = sorted(masks.PATTERNS) + sorted(masks.EXTRA_PATTERNS)
+            problems.append(f"config.masks[{i}]: unknown mask pattern {entry.pattern!r}"
+                            f"{did_you_mean(entry.pattern, patterns)}; known: {', '.join(patterns)}")
         else:
             # Parameters are checked by building the mask at every length (cheap: slices only).
             for seqlen in config["seqlens"]:
@@ -367,7 +384,8 @@ def _cp_problems(config: dict, mask_labels: set[str]) -> list[str]:
     known = cp.names()
     for i, name in enumerate(config["cp_strategies"]):
         if name not in known:
-            problems.append(f"config.cp_strategies[{i}]: unknown CP strategy {name!r}; known: {', '.join(known)}")
+            problems.append(f"config.cp_strategies[{i}]: unknown CP strategy {name!r}{did_you_mean(name, known)}; "
+                            f"known: {', '.join(known)}")
     for name, options in config["cp_options"].items():
         if name not in known:
             problems.append(f"config.cp_options.{name}: unknown CP strategy {name!r}; known: {', '.join(known)}")

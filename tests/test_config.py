@@ -48,6 +48,23 @@ def test_bad_config_names_the_key(bad, named):
     assert named in str(err.value)
 
 
+@pytest.mark.parametrize("bad, suggested", [
+    ({**BASE, "seqlen": [64]}, "('seqlen' was unexpected) (did you mean 'seqlens'"),
+    ({**BASE, "timing": {"warmpu": 1}}, "config.timing: Additional properties are not allowed ('warmpu' was "
+                                        "unexpected) (did you mean 'warmup'?)"),
+    ({**BASE, "kernels": ["sdpaa"]}, "config.kernels[0]: unknown kernel 'sdpaa' (did you mean 'sdpa'"),
+    ({**BASE, "masks": ["casual"]}, "config.masks[0]: unknown mask pattern 'casual' (did you mean 'causal'?)"),
+    ({**BASE, "cp_strategies": ["rnig"], "cp_sizes": [2]}, "unknown CP strategy 'rnig' (did you mean 'ring'?)"),
+])
+def test_a_misspelt_key_or_name_gets_the_nearest_ones(bad, suggested):
+    with pytest.raises(ConfigError) as err:
+        validate(bad)
+    assert suggested in str(err.value)
+    with pytest.raises(ConfigError) as far:  # nothing near: no suggestion
+        validate({**BASE, "colour": "blue"})
+    assert "did you mean" not in str(far.value)
+
+
 def test_cuda_cells_time_graph_replays_by_default_and_the_setting_is_part_of_the_cache_key():
     gpu = validate(merge_files([REPO / "config" / "config.yaml", REPO / "config" / "gpu.yaml"]))
     c = next(kernel_cells(gpu))

@@ -10,6 +10,7 @@ import copy
 import difflib
 import itertools
 import math
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -34,15 +35,28 @@ class ConfigError(ValueError):
 LONG_GATE = 8192
 
 
-def implausible(config: dict, cores: int) -> list[str]:
+# Bytes of one element of each dtype a config may name (torch-free: config is read before any job).
+DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def input_bytes(config: dict, seqlen: int, dtype: str, backward: bool) -> int:
+    """What one cell's q, k, v and output hold at ``seqlen`` (their gradients too for a backward): a
+    lower bound of its memory, before any kernel's workspace or the gate's reference."""
+    elements = config["batch"] * seqlen * config["head_dim"] * 2 * (config["heads_q"] + config["heads_kv"])
+    return elements * DTYPE_BYTES.get(dtype, 4) * (2 if backward else 1)
+
+
+def implausible(config: dict, cores: int, memory_bytes: int | None = None) -> list[str]:
     """What this machine can run but hardly as configured: said before the run starts, not an error.
 
-    * CP cells on the CPU start ``cp_size`` gloo ranks here: far more ranks than cores share them;
+    * CP cells on the CPU start ``cp_size`` gloo ranks here: more ranks than cores share them;
     * a ``gate_seqlen`` above every length, when the lengths are long (``LONG_GATE`` and up), checks
-      each cell at its own length: a float64 reference of the whole problem, not a short copy."""
+      each cell at its own length: a float64 reference of the whole problem, not a short copy;
+    * CPU cells whose inputs alone pass this machine's memory (``memory_bytes``) cannot fit: each
+      becomes an ``oom`` or ``error`` row after it tried."""
     out = []
     if config["device"] == "cpu" and config["cp_strategies"]:
-        crowded = sorted(n for n in config["cp_sizes"] if n > 2 * max(cores, 1))
+        crowded = sorted(n for n in config["cp_sizes"] if n > max(cores, 1))
         if crowded:
             out.append(f"config.cp_sizes {crowded}: each CP cell starts that many ranks on this machine's {cores} "
                        f"cores; expect them to be slow and their timings to say little")
@@ -50,7 +64,24 @@ def implausible(config: dict, cores: int) -> list[str]:
         out.append(f"config.gate_seqlen {config['gate_seqlen']} is above every seqlen (largest "
                    f"{max(config['seqlens'])}): each cell is checked at its own length, against a float64 "
                    f"reference of the whole problem")
+    if config["device"] == "cpu" and memory_bytes:
+        backward = "bwd" in config["directions"]
+        too_long = sorted(n for n in config["seqlens"]
+                          if max(input_bytes(config, n, d, backward) for d in config["dtypes"]) > memory_bytes)
+        if too_long:
+            need = max(input_bytes(config, too_long[0], d, backward) for d in config["dtypes"])
+            out.append(f"config.seqlens {too_long}: at {too_long[0]} a cell's inputs and outputs alone need "
+                       f"{need / 2**30:.1f} GiB, more than this machine's {memory_bytes / 2**30:.1f} GiB; "
+                       f"those cells will fail after trying")
     return out
+
+
+def machine_memory_bytes() -> int | None:
+    """This machine's physical memory, where the OS says it."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def or_stop(make, *args):

@@ -227,5 +227,14 @@ def test_what_the_machine_can_hardly_run_is_said_before_the_run():
     assert any(w.startswith("config.cp_sizes [64]: each CP cell starts that many ranks on this machine's 2 cores")
                for w in said), said
     assert any(w.startswith("config.gate_seqlen 16384 is above every seqlen") for w in said), said
+    # More ranks than cores, however few.
+    assert implausible(validate({**BASE, "cp_strategies": ["ring"], "cp_sizes": [4]}), cores=2)[0].startswith(
+        "config.cp_sizes [4]: each CP cell starts that many ranks on this machine's 2 cores")
+    # A length whose inputs alone pass the machine's memory (8 GiB here).
+    cfg = validate({**BASE, "seqlens": [64, 10_000_000]})
+    (said,) = implausible(cfg, cores=2, memory_bytes=8 * 2**30)
+    assert said.startswith("config.seqlens [10000000]: at 10000000 a cell's inputs and outputs alone need") \
+        and "more than this machine's 8.0 GiB" in said
     # Short lengths under the default gate length, and CP sizes the cores can hold: nothing to say.
-    assert implausible(validate({**BASE, "cp_strategies": ["ring"], "cp_sizes": [2]}), cores=2) == []
+    assert implausible(validate({**BASE, "cp_strategies": ["ring"], "cp_sizes": [2]}), cores=2,
+                       memory_bytes=8 * 2**30) == []

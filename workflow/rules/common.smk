@@ -38,7 +38,7 @@ if PLACEMENT == placement.LOCAL and GPUS and "gpu" not in workflow.global_resour
     # ask for more than this machine has.
     workflow.register_resource("gpu", GPUS)
 if PLACEMENT == placement.LOCAL:
-    for warning in longca_config.implausible(CFG, os.cpu_count() or 1):
+    for warning in longca_config.implausible(CFG, os.cpu_count() or 1, longca_config.machine_memory_bytes()):
         print(f"LongCA warning: {warning}", file=sys.stderr)
 # CP cells this run can place (the others get an `unsupported` row saying why, rule cp_cell_unplaced).
 UNPLACED_CP = {cell: reason for cell in ALL_CP_CELLS

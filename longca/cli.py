@@ -190,6 +190,19 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _remeasure(args: argparse.Namespace) -> int:
+    from .execution.cache.remeasure import set_aside
+
+    try:
+        folder, moved = set_aside(args.rows, parts=args.parts, root=args.directory)
+    except ValueError as exc:
+        print(f"longca remeasure: {exc}", file=sys.stderr)
+        return 2
+    print(f"set aside {len(moved)} files under {folder} (rows, kept copies and the stored {', '.join(args.parts)} "
+          f"parts); `snakemake all` measures {len(args.rows)} cell(s) again")
+    return 0
+
+
 def _aggregate(args: argparse.Namespace) -> int:
     from .results.parquet import CP_SCHEMA, KERNEL_SCHEMA, aggregate, read_rows
 
@@ -383,6 +396,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the workflow (default: the Snakefile of the checkout this longca runs from)")
     st.add_argument("--list", action="store_true", help="name every missing and stale cell, and why it is stale")
     st.set_defaults(func=_status)
+
+    rm = command("remeasure", "measure chosen kernel cells again: set their rows and stored parts aside "
+                              "(under results/replaced/, never deleted), then run `snakemake all`")
+    rm.add_argument("rows", nargs="+", help="the cells' row files (results/cells/kernels/...json)")
+    rm.add_argument("--parts", nargs="+", default=["time", "memory"], choices=["gate", "time", "memory"],
+                    help="which parts to measure again (the rest are taken from the store)")
+    rm.add_argument("--directory", "-d", default=".", help="the run directory")
+    rm.set_defaults(func=_remeasure)
 
     chk = command("check", help="correctness gate for every available kernel and mask; "
                                        "exit 1 on a wrong result")

@@ -34,6 +34,7 @@ COMPILE_CACHE = f"{ROOT}/compile_cache"  # the compilers' on-disk caches (longca
 LOST = f"{ROOT}/lost"          # stand-in rows of a failed run's lost cells (longca.results.lost_cells)
 LOST_KERNEL_TABLE = f"{ROOT}/lost_kernels.parquet"
 LOST_CP_TABLE = f"{ROOT}/lost_cp.parquet"
+REPLACED = f"{ROOT}/replaced"  # rows and parts set aside to be measured again (longca.execution.cache.remeasure)
 
 
 def figure(name: str) -> str:

@@ -126,7 +126,8 @@ def status(snakefile: str | Path, *, configfiles: list[str] = (), directory: str
                 stale[path].why = why_stale(reason)
     for cell in cells:
         if cell.state == "cached" and not _readable(Path(directory or ".") / cell.path):
-            cell.state, cell.why = "unreadable", "holds no JSON object: delete it and `snakemake all` measures it again"
+            cell.state, cell.why = "unreadable", ("holds no JSON object: `longca remeasure` it, then `snakemake all` "
+                                                  "writes it again")
     return Status(cells)
 
 
@@ -152,5 +153,6 @@ def format_status(result: Status, *, listing: bool = False) -> str:
     if listing and todo:
         lines += [""] + [f"{c.state:{width}s}{c.kind:8s}{c.name}" + (f"  ({c.why})" if c.why else "") for c in todo]
     elif todo:
-        lines.append("(longca status --list names them; `snakemake all` measures them)")
+        lines.append("(longca status --list names them; `snakemake all` measures the missing and stale, "
+                     "`longca remeasure FILE...` sets unreadable or noisy ones aside first)")
     return "\n".join(lines)

@@ -34,10 +34,9 @@ from typing import Any
 
 import torch
 
-from ..attention import mask_convert
 from ..attention.problem import Problem
 from . import register
-from ._flash_masks import NO_WINDOW, flash_mask, unsupported_reason
+from ._flash_masks import NO_WINDOW, batch_cu_seqlens, flash_mask, unsupported_reason
 from ._lse_ops import LseOps
 from .base import Kernel
 
@@ -105,12 +104,7 @@ class FlashAttnPackage(Kernel):
         prepared: dict[str, Any] = {"causal": fm.causal, "window": fm.window, "packed": fm.packed,
                                     "documents": len(fm.documents)}
         if fm.packed:
-            cu = mask_convert.cu_seqlens(problem.mask, problem.device)
-            if problem.batch > 1:  # every sequence of the batch has the same documents
-                starts = cu[:-1][None, :] + problem.seqlen * torch.arange(
-                    problem.batch, device=problem.device, dtype=torch.int32)[:, None]
-                cu = torch.cat([starts.flatten(), cu.new_tensor([problem.batch * problem.seqlen])])
-            prepared.update(cu_seqlens=cu, max_seqlen=fm.max_document)
+            prepared.update(cu_seqlens=batch_cu_seqlens(problem), max_seqlen=fm.max_document)
         return prepared
 
     def notes(self, prepared: dict[str, Any]) -> dict[str, Any]:

@@ -17,10 +17,9 @@ from typing import Any
 
 import torch
 
-from ..attention import mask_convert
 from ..attention.problem import Problem
 from . import register
-from ._flash_masks import NO_WINDOW, flash_mask
+from ._flash_masks import NO_WINDOW, batch_cu_seqlens, flash_mask
 from .base import Kernel
 
 
@@ -120,12 +119,7 @@ class TransformerEngineAttention(Kernel):
         if window is not None:
             prepared["window"] = window
         if packed:
-            cu = mask_convert.cu_seqlens(problem.mask, problem.device)
-            if problem.batch > 1:
-                starts = cu[:-1][None, :] + problem.seqlen * torch.arange(
-                    problem.batch, device=problem.device, dtype=torch.int32)[:, None]
-                cu = torch.cat([starts.flatten(), cu.new_tensor([problem.batch * problem.seqlen])])
-            prepared.update(cu_seqlens=cu, max_seqlen=fm.max_document)
+            prepared.update(cu_seqlens=batch_cu_seqlens(problem), max_seqlen=fm.max_document)
         return prepared
 
     def notes(self, prepared: dict[str, Any]) -> dict[str, Any]:

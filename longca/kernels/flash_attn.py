@@ -37,6 +37,7 @@ import torch
 from ..attention.problem import Problem
 from . import register
 from ._flash_masks import NO_WINDOW, batch_cu_seqlens, flash_mask, unsupported_reason
+from ._library import Library, Unusable
 from ._lse_ops import LseOps
 from .base import Kernel
 
@@ -58,38 +59,26 @@ class FlashAttnPackage(Kernel):
         # The distribution whose version the notes record, where the module's own __version__ is
         # not it (flash-attn-4 4.0.0b36's flash_attn.cute reports the "fa4" distribution: 0.0.0).
         self.version_from = version_from
-        self._module: Any = None
-        self._error: str | None = None
+        self._load = Library(self._import, self.module, f"install {distribution}")
 
-    def _load(self):
-        # Lazy (first availability check or call), never at registry load: a missing library must
-        # make cells unsupported, not fail `import longca.kernels`.
-        if self._module is None and self._error is None:
-            self._error = self._missing_entry_point()
-        return self._module
-
-    def _missing_entry_point(self) -> str | None:
+    def _import(self):
+        """The module whose entry points forward calls, once they and the extensions resolve."""
         entry = f"{self.module}.flash_attn_func"
-        try:
-            module = importlib.import_module(self.module)
-        except Exception as exc:  # noqa: BLE001 — ImportError, or a broken CUDA extension
-            return f"{self.module} is not importable ({type(exc).__name__}: {exc}); install {self.distribution}"
+        module = importlib.import_module(self.module)
         if not callable(getattr(module, "flash_attn_func", None)):
             where = getattr(module, "__file__", None) or ", ".join(getattr(module, "__path__", []))
-            return (f"{entry} is not importable ({self.module} at {where} has no flash_attn_func: another "
-                    f"FlashAttention release provides {self.module}); install {self.distribution}")
+            raise Unusable(f"{entry} is not importable ({self.module} at {where} has no flash_attn_func: another "
+                           f"FlashAttention release provides {self.module}); install {self.distribution}")
         for extension in self.extensions:
             try:
                 importlib.import_module(extension)
             except Exception as exc:  # noqa: BLE001
-                return (f"{extension} (the CUDA extension of {entry}) is not importable "
-                        f"({type(exc).__name__}: {exc}); install {self.distribution}")
-        self._module = module
-        return None
+                raise Unusable(f"{extension} (the CUDA extension of {entry}) is not importable "
+                               f"({type(exc).__name__}: {exc}); install {self.distribution}") from exc
+        return module
 
     def available(self) -> str | None:
-        self._load()
-        return self._error
+        return self._load.missing()
 
     def supports_mask(self, problem: Problem) -> str | None:
         return unsupported_reason(self.name, problem)
@@ -110,7 +99,7 @@ class FlashAttnPackage(Kernel):
     def notes(self, prepared: dict[str, Any]) -> dict[str, Any]:
         notes = super().notes(prepared)
         notes["window"] = list(prepared["window"])
-        notes["version"] = getattr(self._module, "__version__", None)
+        notes["version"] = getattr(self._load(), "__version__", None)
         if self.version_from:
             try:
                 notes["version"] = importlib.metadata.version(self.version_from)

@@ -105,8 +105,12 @@ class FlexAttention(Kernel):
             q, k, v = q.detach(), k.detach(), v.detach()
         out = _compiled(self.fullgraph)(q, k, v, block_mask=prepared["block_mask"],
                                         enable_gqa=prepared["enable_gqa"],
-                                        kernel_options=self.flex_kernel_options)
+                                        kernel_options=self.kernel_options(prepared))
         return out.transpose(1, 2)
+
+    def kernel_options(self, prepared: dict[str, Any]) -> dict[str, Any] | None:
+        """FlexAttention's ``kernel_options`` for a call: the class's (the backend choice)."""
+        return self.flex_kernel_options
 
 
 # ---------------------------------------------------------------------------------------------

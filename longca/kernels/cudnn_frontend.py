@@ -340,6 +340,7 @@ class _Attention(torch.autograd.Function):
 
 class CudnnFrontend(Kernel):
     name = "cudnn_fe"
+    libraries = ("nvidia-cudnn-frontend", "cudnn")
     description = "cuDNN SDPA graphs via nvidia-cudnn-frontend: causal, sliding window, THD documents natively"
     devices = ("cuda",)
     dtypes = (torch.bfloat16, torch.float16)  # cuDNN's SDPA (non-fp8) takes 16-bit inputs

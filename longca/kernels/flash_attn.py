@@ -48,8 +48,10 @@ class FlashAttnPackage(Kernel):
 
     def __init__(self, name: str, module: str, description: str, distribution: str, *,
                  extensions: tuple[str, ...] = (), unbounded: int | None = -1,
-                 lse_ops_class: type[LseOps] | None = None, version_from: str | None = None):
+                 lse_ops_class: type[LseOps] | None = None, version_from: str | None = None,
+                 libraries: tuple[str, ...] = ()):
         self.name = name
+        self.libraries = libraries
         self.module = module            # forward calls module.flash_attn_func / flash_attn_varlen_func
         self.extensions = extensions    # compiled modules the entry point needs at call time
         self.description = description
@@ -172,10 +174,11 @@ class Fa4LseOps(LseOps):
 
 
 register(FlashAttnPackage("flash_attn2", "flash_attn", "FlashAttention-2 (flash-attn package)", "flash-attn",
-                          extensions=("flash_attn_2_cuda",)))
+                          extensions=("flash_attn_2_cuda",), libraries=("flash-attn",)))
 register(FlashAttnPackage("flash_attn3", "flash_attn_interface",
                           "FlashAttention-3 (Hopper; flash-attention's hopper/ build)",
-                          "flash-attention's hopper/ package (flash_attn_3)"))
+                          "flash-attention's hopper/ package (flash_attn_3)", libraries=("flash-attn-3",)))
 register(FlashAttnPackage("flash_attn4", "flash_attn.cute", "FlashAttention-4 (CuTe DSL, flash_attn.cute)",
                           "flash-attn-cute (flash-attention's flash_attn/cute)", unbounded=None,
-                          lse_ops_class=Fa4LseOps, version_from="flash-attn-4"))
+                          lse_ops_class=Fa4LseOps, version_from="flash-attn-4",
+                          libraries=("flash-attn-4",)))

@@ -31,6 +31,7 @@ WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended float workspace
 
 class FlashInferBlockSparse(Kernel):
     name = "flashinfer_block_sparse"
+    libraries = ("flashinfer-python",)
     description = ("FlashInfer's variable-block-sparse attention (FA3 backend on Hopper), block_sparse_heads and "
                    "variable_block_sparse_heads masks")
     devices = ("cuda",)

@@ -44,6 +44,7 @@ def _version(text: str) -> tuple[int, ...]:
 
 class FlashMask(Kernel):
     name = "flashmask"
+    libraries = ("paddlepaddle-gpu",)
     description = "FlashMask (PaddlePaddle flashmask_attention), masks as column-wise row indices"
     devices = ("cuda",)
     dtypes = (torch.bfloat16, torch.float16)

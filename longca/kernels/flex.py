@@ -70,6 +70,7 @@ def _compiled(fullgraph: bool = False):
 
 class FlexAttention(Kernel):
     name = "flex"
+    libraries = ("triton",)
     description = "FlexAttention (torch.compile), BlockMask built from the mask's slices"
     dtypes = (torch.float32, torch.bfloat16, torch.float16)
     min_warmup = 1  # the first call of a new shape compiles (backward compiles on its first call)
@@ -184,6 +185,7 @@ def flash_backend_missing() -> str | None:
 
 class FlexFlash(FlexAttention):
     name = "flex_flash"
+    libraries = ("flash-attn-4",)
     description = "FlexAttention on its FLASH backend (FlashAttention-4 CuTe kernels), BlockMask from the slices"
     # CUDA only: on CPU torch lowers flex_attention to its C++ template whatever BACKEND says.
     devices = ("cuda",)

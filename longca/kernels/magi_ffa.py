@@ -48,6 +48,7 @@ def ffa_ranges(mask: AttnMask, batch: int = 1) -> tuple[list[list[int]], list[li
 
 class MagiFFA(Kernel):
     name = "ffa"
+    libraries = ("magi-attention",)
     description = "MagiAttention's flexible flash attention (FFA), ranges with a type each"
     devices = ("cuda",)
     dtypes = (torch.bfloat16, torch.float16)

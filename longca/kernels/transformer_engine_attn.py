@@ -88,6 +88,7 @@ _te = Library(_import_te, "transformer_engine.pytorch", "install transformer-eng
 
 class TransformerEngineAttention(Kernel):
     name = "te_fused"
+    libraries = ("transformer-engine", "cudnn")
     description = "TransformerEngine DotProductAttention (cuDNN fused / flash backends)"
     devices = ("cuda",)
     dtypes = (torch.bfloat16, torch.float16)

@@ -40,6 +40,7 @@ def tile_lists(mask: HeadBlockMask, device: torch.device) -> tuple[torch.Tensor,
 
 class VSATriton(Kernel):
     name = "vsa_triton"
+    libraries = ("fastvideo-kernel", "triton")
     description = "VSA's Triton block-sparse kernel (fastvideo-kernel), 64-token tiles (block_sparse_heads, variable_block_sparse_heads)"
     devices = ("cuda",)
     dtypes = (torch.bfloat16, torch.float16)

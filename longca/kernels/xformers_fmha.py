@@ -29,6 +29,7 @@ _fmha = Library(_import_fmha, "xformers", "install xformers")
 
 class XformersFmha(Kernel):
     name = "xformers"
+    libraries = ("xformers",)
     description = "xFormers memory_efficient_attention (fmha dispatcher)"
     devices = ("cuda",)
     dtypes = (torch.bfloat16, torch.float16, torch.float32)

@@ -43,6 +43,7 @@ from ..attention.masks import AttnMask, AttnSlice, SliceKind
 from ..cp import layout as layouts
 from ..cp.allgather import _complement
 from ..cp.blocks import restrict
+from ..cp import comm
 from ..cp.sequence_parallel import divisor_at_most
 
 # The local kernel's tile (FFA's forward: 128 queries × 128 keys): a call costs the tiles it touches.
@@ -109,7 +110,7 @@ def rank_blocks(strategy: str, mask: AttnMask, p: int) -> tuple[tuple[float, flo
 def _a2a(p: int, q: float, kv: float, heads_kv: int) -> float:
     """Ulysses' all-to-alls of Q, K, V, O (and of dO, dQ, dK, dV backward): (p-1)/p of what a rank
     holds leaves it; K/V are replicated to ``p`` heads when there are fewer KV heads than ranks."""
-    return (p - 1) / p * (2 * q + kv * max(1.0, p / heads_kv))
+    return comm.sent_bytes("all_to_all", 2 * q + kv * max(1.0, p / heads_kv), p)
 
 
 # (fwd bytes, bwd bytes) per rank per step, from P, the Q shard's and the K+V shard's bytes and the
@@ -135,8 +136,8 @@ BYTES: dict[str, Traffic] = {
                     lambda p, q, kv, h: {"overlap": (3 * p - 1) * kv}),
     "double_ring": Traffic(lambda p, q, kv, h: {"overlap": (p - 1) * kv}, None),
     # Gather K/V; backward gather again and reduce-scatter float32 dK/dV.
-    "allgather": Traffic(lambda p, q, kv, h: {"overlap": (p - 1) * kv},
-                         lambda p, q, kv, h: {"overlap": 3 * (p - 1) * kv}),
+    "allgather": Traffic(lambda p, q, kv, h: {"overlap": comm.sent_bytes("all_gather", kv, p)},
+                         lambda p, q, kv, h: {"overlap": 3 * comm.sent_bytes("all_gather", kv, p)}),
     "ulysses": Traffic(lambda p, q, kv, h: {"wait": _a2a(p, q, kv, h)},
                        lambda p, q, kv, h: {"wait": _a2a(p, q, kv, h)}),
     "usp": Traffic(_usp("fwd"), _usp("bwd")),

@@ -45,6 +45,7 @@ from ..cp.allgather import _complement
 from ..cp.blocks import restrict
 from ..cp import comm
 from ..cp.sequence_parallel import divisor_at_most
+from .tables import tied_with_best
 
 # The local kernel's tile (FFA's forward: 128 queries × 128 keys): a call costs the tiles it touches.
 TILE = 128
@@ -363,15 +364,16 @@ def held_out(model: Model, cp: pd.DataFrame, rows: pd.Series) -> pd.DataFrame:
 
 
 def ranking_agreement(checked: pd.DataFrame, tie: float = 0.05) -> tuple[int, int]:
-    """(cells where the predicted best strategy is the measured best or tied with it within ``tie``,
-    cells with two or more strategies) over mask × tokens × cp_size × direction."""
+    """(cells where the predicted best strategy is the measured best or tied with it
+    (``tables.tied_with_best`` at margin ``tie``), cells with two or more strategies) over mask ×
+    tokens × cp_size × direction."""
     agree = total = 0
     for _, g in checked.groupby(["mask", "tokens_per_rank", "cp_size", "direction"]):
         if len(g) < 2:
             continue
         total += 1
         pick = g.loc[g["predicted"].idxmax()]
-        agree += pick["measured"] >= g["measured"].max() * (1 - tie)
+        agree += bool(tied_with_best(pick["measured"], g["measured"].max(), tie))
     return agree, total
 
 

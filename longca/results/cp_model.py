@@ -40,6 +40,7 @@ import pandas as pd
 from ..attention import masks
 from ..attention.flops import DIRECTION_FACTOR, attention_flops
 from ..attention.masks import AttnMask, AttnSlice, SliceKind
+from ..cells import cp_seqlen
 from ..cp import layout as layouts
 from ..cp.allgather import _complement
 from ..cp.blocks import restrict
@@ -227,7 +228,7 @@ class Cell:
 
     @property
     def flops(self) -> float:
-        return _flops(self.mask, self.tokens_per_rank * self.cp_size, self.mask_params, self.seed, self.heads_q,
+        return _flops(self.mask, cp_seqlen(self.tokens_per_rank, self.cp_size), self.mask_params, self.seed, self.heads_q,
                       self.head_dim, self.direction)
 
 
@@ -248,7 +249,7 @@ def _rank_blocks(strategy: str, name: str, seqlen: int, params: str, seed: int, 
 
 def cell_blocks(cell: Cell) -> tuple[tuple[float, float], ...]:
     p = cell.cp_size
-    return _rank_blocks(cell.strategy, cell.mask, cell.tokens_per_rank * p, cell.mask_params, cell.seed, p)
+    return _rank_blocks(cell.strategy, cell.mask, cp_seqlen(cell.tokens_per_rank, p), cell.mask_params, cell.seed, p)
 
 
 def step_seconds(blocks: list[float], overlapped: float, waited: float) -> float:

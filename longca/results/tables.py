@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .. import run_dir
+from ..cells import tokens_per_rank as per_rank
 
 # Every status a cell can have, in the order the report counts them.
 STATUS_ORDER = ["ok", "unsupported", "oom", "wrong", "error", "timeout"]
@@ -388,7 +389,8 @@ def empty_cp() -> pd.DataFrame:
 
 def tokens_per_rank(cp: pd.DataFrame) -> pd.Series:
     """``tokens_per_rank`` where the table has it, else ``seqlen // cp_size``."""
-    derived = (cp["seqlen"] // cp["cp_size"]).astype("Int64") if len(cp) else pd.Series([], dtype="Int64")
+    derived = (per_rank(cp["seqlen"], cp["cp_size"]).astype("Int64") if len(cp)
+               else pd.Series([], dtype="Int64"))
     if "tokens_per_rank" in cp.columns:
         return cp["tokens_per_rank"].astype("Int64").fillna(derived)
     return derived

@@ -32,6 +32,8 @@ NAMES: dict[str, str] = {
     "timing": "longca.execution.measure.timing",
     "triton_block_sparse": "longca.kernels.triton_block_sparse",
     "BlockAttention": "longca.cp.local:BlockAttention",
+    "sent_bytes": "longca.cp.comm:sent_bytes",
+    "cp_seqlen": "longca.cells:cp_seqlen",
     "CPSpec": "longca.execution.measure.cp_cell:CPSpec",
     "CallReading": "longca.execution.measure.call_memory:CallReading",
     "CellSpec": "longca.execution.measure.cell:CellSpec",

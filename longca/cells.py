@@ -30,6 +30,17 @@ CP_UNPLACED_FILE = f"{run_dir.CP_UNPLACED_CELLS}/{CP_NAME}.json"  # a cell this 
 LAYOUT_MARK = "~layout"
 
 
+def tokens_per_rank(seqlen, cp_size):
+    """The tokens each of ``cp_size`` ranks holds of a ``seqlen``-token sequence (``cp_seqlen``'s
+    inverse; element-wise on Series)."""
+    return seqlen // cp_size
+
+
+def cp_seqlen(tokens_per_rank, cp_size):
+    """The whole sequence of a CP cell: ``tokens_per_rank`` on each of ``cp_size`` ranks."""
+    return tokens_per_rank * cp_size
+
+
 def layout_mask(mask: str, layout: int) -> str:
     """The mask a CP cell of layout ``layout`` names (``mask`` itself for layout 0)."""
     return mask if layout == 0 else f"{mask}{LAYOUT_MARK}{layout}"
@@ -92,7 +103,7 @@ def kernel_cell_id(settings: Mapping[str, Any]) -> str:
 
 def cp_cell_id(settings: Mapping[str, Any]) -> str:
     """A CP cell's name from its settings (``seqlen`` is the whole sequence over ``cp_size`` ranks)."""
-    return CP_NAME.format(**settings, tokens=int(settings["seqlen"]) // int(settings["cp_size"]))
+    return CP_NAME.format(**settings, tokens=tokens_per_rank(int(settings["seqlen"]), int(settings["cp_size"])))
 
 
 def cell_name(path: str) -> str:

@@ -22,7 +22,7 @@ import yaml
 
 from . import problem_settings, timing_spec
 from .attention import masks, varlen
-from .cells import CPCell, KernelCell, cell_name, layout_mask, split_layout  # noqa: F401 — the grid's cells, named in cells.py
+from .cells import CPCell, KernelCell, cell_name, cp_seqlen, layout_mask, split_layout  # noqa: F401 — the grid's cells, named in cells.py
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "config.schema.yaml"  # package data (pyproject.toml)
 
@@ -476,7 +476,7 @@ def cp_cell_settings(config: dict, strategy: str, mask: str, tokens_per_rank: in
     entry = {e.name: e for e in mask_entries(config)}[base]
     settings = {
         "strategy": strategy, "mask": mask, "pattern": entry.pattern, "mask_params": entry.params,
-        "seqlen": int(tokens_per_rank) * int(cp_size), "cp_size": int(cp_size), "direction": direction,
+        "seqlen": cp_seqlen(int(tokens_per_rank), int(cp_size)), "cp_size": int(cp_size), "direction": direction,
         "dtype": dtype, **problem_settings.grid_settings(config), "seed": config["seed"] + layout,
         "gate_seqlen": config["gate_seqlen"], **timing_spec.cp_settings(config["timing"]),
     }

@@ -258,3 +258,39 @@ def test_ffa_writes_a_ranks_first_block_without_atomics_when_its_query_ranges_ar
     out, _ = acc.result()
     ref = reference.attention(q.double(), k.double(), v.double(), mask)[:, 48:]
     assert torch.allclose(out.double(), ref, atol=1e-5)
+
+
+def _rank_areas(strategy: str, mask, world: int, heads_q: int, heads_kv: int) -> list[int]:
+    """Each rank's ``rank_area`` from the strategy's own ``plan``, rank by rank on torch's fake process
+    group (collectives are no-ops; planning runs none that matter)."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from longca import cp
+    from longca.cp import sequence_parallel
+
+    areas = []
+    for rank in range(world):
+        dist.init_process_group("fake", rank=rank, world_size=world, store=FakeStore())
+        sequence_parallel._groups.cache_clear()  # groups of the process group just destroyed
+        try:
+            strategy_ = cp.build(strategy, None, {})
+            strategy_.plan(mask, heads_q, heads_kv, 16, torch.device("cpu"), torch.float32)
+            areas.append(strategy_.rank_area)
+        finally:
+            dist.destroy_process_group()
+            sequence_parallel._groups.cache_clear()
+    return areas
+
+
+@pytest.mark.parametrize("strategy", ["ulysses", "usp"])
+@pytest.mark.parametrize("world", [2, 3, 4, 6])
+@pytest.mark.parametrize("name, params", [("causal", {}), ("full", {}), ("sliding_window_causal", {"window": 40}),
+                                          ("varlen_causal", {"histogram": {"edges": [16, 48, 160],
+                                                                           "weights": [1, 1]}})])
+def test_the_areas_of_a_sequence_parallel_rows_ranks_sum_to_the_masks(strategy, world, name, params):
+    """A rank computes 1/U of its Ulysses group's heads: its area is an integer share of the group's,
+    none lost to rounding, also where U does not divide the group's area (390 tokens on 4 or 6 ranks)."""
+    mask = masks.build(name, 390, seed=3, **params)
+    areas = _rank_areas(strategy, mask, world, 24, 12)
+    assert sum(areas) == mask.area(), areas

@@ -75,3 +75,21 @@ def test_each_part_is_keyed_on_its_own_code_only():
     assert {"call_memory.py", "timing.py", "timed.py"} <= names["memory"] and "call_memory.py" in names["time"]
     assert not {"gate.py", "reference.py"} & names["memory"]
     assert all("sdpa.py" in n and "cell.py" not in n for n in names.values())
+
+
+def test_a_cp_strategy_depends_on_its_module_and_every_module_that_registers_no_strategy():
+    """No hand list: a new machinery module of longca/cp is in every strategy's key, a new strategy
+    module in its own strategies' keys only."""
+    import inspect
+    from pathlib import Path
+
+    from longca import cp
+
+    package = Path(cp.__file__).resolve().parent
+    strategy_modules = {Path(inspect.getfile(cp.get(name))).name for name in cp.names()} | {"testing.py"}
+    machinery = {p.name for p in package.glob("*.py")} - strategy_modules - {"__init__.py"}
+    assert {"base.py", "comm.py", "fused.py", "sequence_parallel.py"} <= machinery
+    for name in cp.names():
+        files = cp.source_files(name)
+        assert files[0] == Path(inspect.getfile(cp.get(name)))
+        assert {p.name for p in files[1:]} == machinery, name

@@ -432,3 +432,10 @@ def test_the_cost_note_counts_only_rows_measured_whole():
     cpu = tables.cost_note(rows.assign(device="cpu"))  # a CPU run did no GPU work
     assert "GPU" not in cpu and "(3.00× their timed CPU work)" in cpu
     assert tables.cost_note(rows.iloc[2:]) is None  # no ok row measured whole
+
+
+def test_one_tie_rule_within_the_margin_times_the_value():
+    """Tied: value × (1 + margin) ≥ best (×1.05 at 0.05), on numbers and element-wise."""
+    assert tables.tied_with_best(100.0, 105.0, 0.05) and tables.tied_with_best(105.0, 105.0, 0.0)
+    assert not tables.tied_with_best(95.2, 100.0, 0.05)  # ≥ 0.95 × best, but 95.2 × 1.05 < 100
+    assert list(tables.tied_with_best(pd.Series([90.0, 96.0, 100.0]), 100.0, 0.05)) == [False, True, True]

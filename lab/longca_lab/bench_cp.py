@@ -25,7 +25,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from longca.api import cp
+from longca.api import cp, cp_seqlen
 from longca.api import Problem, parse_dtype
 from longca.api import layout as layouts
 from longca.api import area, restrict
@@ -100,7 +100,7 @@ def main() -> None:
         for mask in args.masks.split(","):
             for direction in args.directions.split(","):
                 for local_kernel in args.local_kernels.split(","):
-                    base_spec = CPSpec(strategy="allgather", mask=mask, seqlen=tokens * world, cp_size=world,
+                    base_spec = CPSpec(strategy="allgather", mask=mask, seqlen=cp_seqlen(tokens, world), cp_size=world,
                                        direction=direction, dtype=args.dtype, heads_q=64,
                                        heads_kv=8, head_dim=128, mask_params=MASK_PARAMS.get(mask, {}), seed=1,
                                        warmup=args.warmup, reps=args.reps, gate_seqlen=args.gate_seqlen,

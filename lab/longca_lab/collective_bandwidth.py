@@ -25,6 +25,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from longca.api import sent_bytes
+
 COLLECTIVES = ("all_gather", "all_to_all", "reduce_scatter", "p2p_ring")
 
 
@@ -44,20 +46,20 @@ def _call(name: str, x: torch.Tensor, world: int, rank: int):
     nbytes = x.numel() * x.element_size()
     if name == "all_gather":
         out = x.new_empty((world * x.shape[0],))
-        return (lambda: dist.all_gather_into_tensor(out, x)), (world - 1) * nbytes
+        return (lambda: dist.all_gather_into_tensor(out, x)), sent_bytes("all_gather", nbytes, world)
     if name == "all_to_all":
         out = torch.empty_like(x)
-        return (lambda: dist.all_to_all_single(out, x)), nbytes * (world - 1) // world
+        return (lambda: dist.all_to_all_single(out, x)), sent_bytes("all_to_all", nbytes, world)
     if name == "reduce_scatter":
         out = x.new_empty((x.shape[0] // world,))
-        return (lambda: dist.reduce_scatter_tensor(out, x)), nbytes * (world - 1) // world
+        return (lambda: dist.reduce_scatter_tensor(out, x)), sent_bytes("reduce_scatter", nbytes, world)
     recv = torch.empty_like(x)
 
     def ring():
         ops = [dist.P2POp(dist.isend, x, (rank + 1) % world), dist.P2POp(dist.irecv, recv, (rank - 1) % world)]
         for work in dist.batch_isend_irecv(ops):
             work.wait()
-    return ring, nbytes
+    return ring, sent_bytes("send", nbytes, world)
 
 
 def _median_ms(run, warmup: int, reps: int, cuda: bool) -> float:

@@ -7,15 +7,28 @@ group.  Like kernels, a strategy that needs a missing library is still registere
 
 from __future__ import annotations
 
+import ast
 import inspect
+import pkgutil
 from pathlib import Path
 
 from ..registry import Registry
 from .base import Strategy, Unsupported
 
-# Modules that are machinery, not strategies (everything else in this package registers some).
-_MACHINERY = frozenset({"base", "blocks", "layout", "local", "fused", "fused_varlen", "comm", "ring_engine", "a2a",
-                        "sequence_parallel", "block_ops"})
+_HERE = Path(__file__).resolve().parent
+
+
+def _registers(module: str) -> bool:
+    """Whether ``module`` of this package is a strategy module: one that registers strategies, i.e.
+    imports ``register`` from here (``from . import register``), whether or not it registers one
+    in this process (``testing`` does only under ``LONGCA_TEST_KERNELS=1``)."""
+    tree = ast.parse((_HERE / f"{module}.py").read_text())
+    return any(isinstance(node, ast.ImportFrom) and node.level == 1 and not node.module
+               and any(alias.name == "register" for alias in node.names) for node in ast.walk(tree))
+
+
+# The shared CP machinery: every module of this package that registers no strategy.
+_MACHINERY = frozenset(m.name for m in pkgutil.iter_modules(__path__) if not m.ispkg and not _registers(m.name))
 REGISTRY: Registry[type[Strategy]] = Registry("CP strategy", __name__, __path__,
                                               lambda module: module not in _MACHINERY and not module.startswith("_"))
 register, names, get = REGISTRY.register, REGISTRY.names, REGISTRY.get
@@ -54,9 +67,8 @@ def option_problem(name: str, key: str, value) -> str | None:
 
 def source_files(name: str) -> list[Path]:
     """The code that computes strategy ``name``'s cells: its module and the shared CP machinery."""
-    here = Path(__file__).resolve().parent
     own = Path(inspect.getfile(get(name)))
-    return [own] + sorted(here / f"{m}.py" for m in _MACHINERY)
+    return [own] + sorted(_HERE / f"{m}.py" for m in _MACHINERY)
 
 
 __all__ = ["Strategy", "Unsupported", "REGISTRY", "register", "get", "build", "names", "option_problem",

@@ -12,6 +12,28 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
+COLLECTIVES = ("send", "all_gather", "all_to_all", "reduce_scatter")
+
+
+def sent_bytes(collective: str, nbytes, world: int, own=None):
+    """The bytes one rank of ``world`` sends in ``collective`` on ``nbytes`` of its input, in the
+    algorithm's logical pattern: a P2P ``send``, the message; an ``all_gather``, its input to each
+    of the other ``world - 1`` ranks; an ``all_to_all`` or a ``reduce_scatter`` (input of ``world``
+    parts), what of its input is addressed to other ranks: all but ``own`` (the bytes of its part
+    for itself, for uneven parts), else ``(world - 1) / world`` of it (equal parts; integer bytes
+    floored, a float as the CP model computes it)."""
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}; known: {', '.join(COLLECTIVES)}")
+    if collective == "send":
+        return nbytes
+    if own is not None and collective != "all_gather":
+        return nbytes - own
+    if collective == "all_gather":
+        return (world - 1) * nbytes
+    if isinstance(nbytes, int):
+        return nbytes * (world - 1) // world
+    return (world - 1) / world * nbytes
+
 
 class Comm:
     def __init__(self, group: dist.ProcessGroup | None, owner=None):
@@ -32,7 +54,7 @@ class Comm:
         returns the works to wait on (the caller overlaps compute in between)."""
         ops = [dist.P2POp(dist.isend, t, self.global_ranks[to], self.group) for t in sends]
         ops += [dist.P2POp(dist.irecv, t, self.global_ranks[frm], self.group) for t in recvs]
-        self._count(sum(t.numel() * t.element_size() for t in sends))
+        self._count(sum(sent_bytes("send", t.numel() * t.element_size(), self.size) for t in sends))
         return dist.batch_isend_irecv(ops)
 
     @staticmethod
@@ -53,7 +75,7 @@ class Comm:
         # Gathered along dim 0 (gloo checks the output as W copies of x stacked on dim 0).
         out = x.new_empty((self.size * x.shape[0],) + tuple(x.shape[1:]))
         work = dist.all_gather_into_tensor(out, x, group=self.group, async_op=True)
-        self._count((self.size - 1) * x.numel() * x.element_size())
+        self._count(sent_bytes("all_gather", x.numel() * x.element_size(), self.size))
         return out.view((self.size,) + tuple(x.shape)), [work]
 
     def reduce_scatter(self, x: torch.Tensor) -> torch.Tensor:
@@ -62,7 +84,7 @@ class Comm:
         out = x.new_empty(tuple(x.shape[1:]))
         dist.reduce_scatter_tensor(out, x.view((-1,) + tuple(x.shape[2:])), op=dist.ReduceOp.SUM,
                                    group=self.group)
-        self._count((self.size - 1) * out.numel() * out.element_size())
+        self._count(sent_bytes("reduce_scatter", x.numel() * x.element_size(), self.size))
         return out
 
     def all_to_all(self, x: torch.Tensor) -> torch.Tensor:
@@ -76,7 +98,7 @@ class Comm:
         x = x.contiguous()
         out = torch.empty_like(x)
         work = dist.all_to_all_single(out, x, group=self.group, async_op=True)
-        self._count((self.size - 1) * x[0].numel() * x.element_size())
+        self._count(sent_bytes("all_to_all", x.numel() * x.element_size(), self.size))
         return out, [work]
 
 

@@ -22,6 +22,7 @@ from . import layout as layouts
 from . import register
 from .base import Strategy
 from .blocks import Span, area, merge_slices, restrict, shard_length, spans_from_ranges
+from .comm import sent_bytes
 from .local import BlockAttention
 
 # Documents are placed whole or cut into contiguous pieces; ``spread_above_pct`` cuts those longer
@@ -205,7 +206,8 @@ class GroupCast(Strategy):
         """``x`` ``(rows, ...)`` cut by ``in_splits`` to the ranks; returns ``(out, work)``."""
         out = x.new_empty((out_rows,) + tuple(x.shape[1:]))
         work = dist.all_to_all_single(out, x, out_splits, in_splits, group=self.group, async_op=True)
-        self.comm_bytes += x.numel() * x.element_size()  # nothing is addressed to the rank itself
+        # Nothing is addressed to the rank itself.
+        self.comm_bytes += sent_bytes("all_to_all", x.numel() * x.element_size(), self.world, own=0)
         return out, work
 
     def _start_fetch(self, k, v):

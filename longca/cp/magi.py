@@ -30,6 +30,7 @@ import torch.distributed as dist
 from ..kernels.magi_ffa import ffa_ranges
 from . import register
 from .base import Strategy, Unsupported
+from .comm import sent_bytes
 
 # FFA's integer mask types (``ffa_ranges``) by MagiAttention's names for them.
 _MASK_TYPES = ("full", "causal", "inv_causal", "bi_causal")
@@ -68,17 +69,17 @@ class _CountedCollectives:
         world, rank = dist.get_world_size(group), dist.get_rank(group)
         if name == "batch_isend_irecv":
             ops = args[0] if args else kwargs["p2p_op_list"]
-            return sum(op.tensor.numel() * op.tensor.element_size() for op in ops if op.op in (dist.isend, dist.send))
+            return sum(sent_bytes("send", op.tensor.numel() * op.tensor.element_size(), world)
+                       for op in ops if op.op in (dist.isend, dist.send))
         if name == "all_to_all_single":
             x = args[1] if len(args) > 1 else kwargs["input"]
             splits = kwargs.get("input_split_sizes", args[3] if len(args) > 3 else None)
             nbytes = x.numel() * x.element_size()
-            if not splits:
-                return nbytes * (world - 1) // world
-            return nbytes - splits[rank] * (nbytes // max(x.shape[0], 1))
+            own = splits[rank] * (nbytes // max(x.shape[0], 1)) if splits else None
+            return sent_bytes("all_to_all", nbytes, world, own=own)
         x = args[1] if len(args) > 1 else kwargs["input"]  # all-gather: input; reduce-scatter: input
         nbytes = x.numel() * x.element_size()
-        return nbytes * (world - 1) if name == "all_gather_into_tensor" else nbytes * (world - 1) // world
+        return sent_bytes("all_gather" if name == "all_gather_into_tensor" else "reduce_scatter", nbytes, world)
 
     def _counted(self, name, fn):
         def call(*args, **kwargs):

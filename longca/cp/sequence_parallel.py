@@ -72,7 +72,11 @@ class SequenceParallel(Strategy):
         me = self.ring.rank
         blocks = [restrict(mask, member_spans(me), member_spans(j)) for j in range(ring_size)]
         self.pieces = [self.block.pieces(b) for b in blocks]
-        self.rank_area = sum(area(b) for b in blocks) // u  # this rank computes 1/U of the heads
+        # This rank computes 1/U of the heads of its Ulysses group's blocks: the group's area split
+        # in U integer shares (the first ``remainder`` ranks one pair more), so the ranks' areas sum
+        # to the mask's exactly.
+        whole, remainder = divmod(sum(area(b) for b in blocks), u)
+        self.rank_area = whole + int(self.ulysses.rank < remainder)
         self.u, self.window, self.ring_size = u, window, ring_size
         self.notes = {"ulysses_degree": u, "ring_degree": ring_size, "ring_window": window,
                       "kv_replication": self.rep, "layout": self.layout.name,

@@ -22,6 +22,7 @@ from ..attention.masks import SliceKind
 from . import layout as layouts
 from . import register
 from .base import Strategy, Unsupported
+from .comm import sent_bytes
 
 _BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_efficient": "EFFICIENT_ATTENTION",
              "sdpa_cudnn": "CUDNN_ATTENTION"}
@@ -59,9 +60,12 @@ class CountedFunctionalCollectives:
 
     def _counted(self, name, fn):
         def call(x, *args, **kwargs):
-            # Ranks the input goes to; alone (cp_size 1) a permutation is to itself: nothing leaves.
-            receivers = self.owner.world - 1 if name in self.GATHERS else int(self.owner.world > 1)
-            self.owner.comm_bytes += x.numel() * x.element_size() * receivers
+            # Alone (cp_size 1) a permutation is to itself: nothing leaves.
+            nbytes, world = x.numel() * x.element_size(), self.owner.world
+            if name in self.GATHERS:
+                self.owner.comm_bytes += sent_bytes("all_gather", nbytes, world)
+            elif world > 1:
+                self.owner.comm_bytes += sent_bytes("send", nbytes, world)
             return fn(x, *args, **kwargs)
         return call
 

@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
+
+from ..attention import mask_convert
 from ..attention.problem import Problem
 
 NO_WINDOW = (-1, -1)
@@ -70,3 +73,18 @@ def unsupported_reason(kernel: str, problem: Problem, *, windows: bool = True) -
     if not windows and fm.window != NO_WINDOW:
         return f"{kernel} in this torch/library version takes no window_size"
     return None
+
+
+def batch_cu_seqlens(problem: Problem) -> torch.Tensor:
+    """``cu_seqlens`` (int32, on ``problem.device``) over the batch flattened to ``batch × seqlen``
+    tokens: every sequence has the mask's documents (one document of ``seqlen`` for a mask without
+    documents), sequence ``b``'s starting ``b × seqlen`` tokens in."""
+    if problem.mask.documents:
+        cu = mask_convert.cu_seqlens(problem.mask, problem.device)
+    else:
+        cu = torch.tensor([0, problem.seqlen], dtype=torch.int32, device=problem.device)
+    if problem.batch > 1:
+        starts = cu[:-1][None, :] + problem.seqlen * torch.arange(
+            problem.batch, device=problem.device, dtype=torch.int32)[:, None]
+        cu = torch.cat([starts.flatten(), cu.new_tensor([problem.batch * problem.seqlen])])
+    return cu

@@ -30,6 +30,9 @@ class Kernel:
     devices: tuple[str, ...] = ("cpu", "cuda")
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
     supports_backward: bool = True
+    # What the kernel calls besides torch (every kernel runs under it): distribution names, and
+    # "cudnn" for the cuDNN library torch loaded.  Each row records their versions.
+    libraries: tuple[str, ...] = ()
     # Calls the timing must make before its timed ones whatever the config says (e.g. a compiled
     # kernel's first backward call compiles).
     min_warmup: int = 0

@@ -38,6 +38,7 @@ import torch
 from ..attention.problem import Problem
 from . import register
 from ._flash_masks import NO_WINDOW, FlashMask, flash_mask, unsupported_reason
+from ._library import Library
 from ._lse_ops import LseOps
 from .base import Kernel, Unsupported
 
@@ -148,18 +149,13 @@ def problem_key(problem: Problem, backward: bool) -> GraphKey:
 # Graphs (GPU only).
 # ---------------------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
-def _import() -> tuple[Any, str | None]:
-    try:
-        return importlib.import_module("cudnn"), None
-    except Exception as exc:  # noqa: BLE001 — ImportError, or libcudnn failing to load
-        return None, f"cudnn is not importable ({type(exc).__name__}: {exc}); install {DISTRIBUTION}"
+_import = Library(lambda: importlib.import_module("cudnn"), "cudnn", f"install {DISTRIBUTION}")
 
 
 def _cudnn():
-    mod, error = _import()
-    if error:
-        raise RuntimeError(error)
+    mod = _import()
+    if mod is None:
+        raise RuntimeError(_import.missing())
     return mod
 
 
@@ -344,13 +340,13 @@ class _Attention(torch.autograd.Function):
 
 class CudnnFrontend(Kernel):
     name = "cudnn_fe"
+    libraries = ("nvidia-cudnn-frontend", "cudnn")
     description = "cuDNN SDPA graphs via nvidia-cudnn-frontend: causal, sliding window, THD documents natively"
     devices = ("cuda",)
     dtypes = (torch.bfloat16, torch.float16)  # cuDNN's SDPA (non-fp8) takes 16-bit inputs
 
     def available(self) -> str | None:
-        _, error = _import()
-        if error:
+        if error := _import.missing():
             return error
         if not torch.cuda.is_available():
             return "cudnn_fe needs a CUDA device (cuDNN's SDPA runs on NVIDIA GPUs); torch sees none"

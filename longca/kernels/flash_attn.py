@@ -34,10 +34,10 @@ from typing import Any
 
 import torch
 
-from ..attention import mask_convert
 from ..attention.problem import Problem
 from . import register
-from ._flash_masks import NO_WINDOW, flash_mask, unsupported_reason
+from ._flash_masks import NO_WINDOW, batch_cu_seqlens, flash_mask, unsupported_reason
+from ._library import Library, Unusable
 from ._lse_ops import LseOps
 from .base import Kernel
 
@@ -48,8 +48,10 @@ class FlashAttnPackage(Kernel):
 
     def __init__(self, name: str, module: str, description: str, distribution: str, *,
                  extensions: tuple[str, ...] = (), unbounded: int | None = -1,
-                 lse_ops_class: type[LseOps] | None = None, version_from: str | None = None):
+                 lse_ops_class: type[LseOps] | None = None, version_from: str | None = None,
+                 libraries: tuple[str, ...] = ()):
         self.name = name
+        self.libraries = libraries
         self.module = module            # forward calls module.flash_attn_func / flash_attn_varlen_func
         self.extensions = extensions    # compiled modules the entry point needs at call time
         self.description = description
@@ -59,38 +61,26 @@ class FlashAttnPackage(Kernel):
         # The distribution whose version the notes record, where the module's own __version__ is
         # not it (flash-attn-4 4.0.0b36's flash_attn.cute reports the "fa4" distribution: 0.0.0).
         self.version_from = version_from
-        self._module: Any = None
-        self._error: str | None = None
+        self._load = Library(self._import, self.module, f"install {distribution}")
 
-    def _load(self):
-        # Lazy (first availability check or call), never at registry load: a missing library must
-        # make cells unsupported, not fail `import longca.kernels`.
-        if self._module is None and self._error is None:
-            self._error = self._missing_entry_point()
-        return self._module
-
-    def _missing_entry_point(self) -> str | None:
+    def _import(self):
+        """The module whose entry points forward calls, once they and the extensions resolve."""
         entry = f"{self.module}.flash_attn_func"
-        try:
-            module = importlib.import_module(self.module)
-        except Exception as exc:  # noqa: BLE001 — ImportError, or a broken CUDA extension
-            return f"{self.module} is not importable ({type(exc).__name__}: {exc}); install {self.distribution}"
+        module = importlib.import_module(self.module)
         if not callable(getattr(module, "flash_attn_func", None)):
             where = getattr(module, "__file__", None) or ", ".join(getattr(module, "__path__", []))
-            return (f"{entry} is not importable ({self.module} at {where} has no flash_attn_func: another "
-                    f"FlashAttention release provides {self.module}); install {self.distribution}")
+            raise Unusable(f"{entry} is not importable ({self.module} at {where} has no flash_attn_func: another "
+                           f"FlashAttention release provides {self.module}); install {self.distribution}")
         for extension in self.extensions:
             try:
                 importlib.import_module(extension)
             except Exception as exc:  # noqa: BLE001
-                return (f"{extension} (the CUDA extension of {entry}) is not importable "
-                        f"({type(exc).__name__}: {exc}); install {self.distribution}")
-        self._module = module
-        return None
+                raise Unusable(f"{extension} (the CUDA extension of {entry}) is not importable "
+                               f"({type(exc).__name__}: {exc}); install {self.distribution}") from exc
+        return module
 
     def available(self) -> str | None:
-        self._load()
-        return self._error
+        return self._load.missing()
 
     def supports_mask(self, problem: Problem) -> str | None:
         return unsupported_reason(self.name, problem)
@@ -105,18 +95,13 @@ class FlashAttnPackage(Kernel):
         prepared: dict[str, Any] = {"causal": fm.causal, "window": fm.window, "packed": fm.packed,
                                     "documents": len(fm.documents)}
         if fm.packed:
-            cu = mask_convert.cu_seqlens(problem.mask, problem.device)
-            if problem.batch > 1:  # every sequence of the batch has the same documents
-                starts = cu[:-1][None, :] + problem.seqlen * torch.arange(
-                    problem.batch, device=problem.device, dtype=torch.int32)[:, None]
-                cu = torch.cat([starts.flatten(), cu.new_tensor([problem.batch * problem.seqlen])])
-            prepared.update(cu_seqlens=cu, max_seqlen=fm.max_document)
+            prepared.update(cu_seqlens=batch_cu_seqlens(problem), max_seqlen=fm.max_document)
         return prepared
 
     def notes(self, prepared: dict[str, Any]) -> dict[str, Any]:
         notes = super().notes(prepared)
         notes["window"] = list(prepared["window"])
-        notes["version"] = getattr(self._module, "__version__", None)
+        notes["version"] = getattr(self._load(), "__version__", None)
         if self.version_from:
             try:
                 notes["version"] = importlib.metadata.version(self.version_from)
@@ -189,10 +174,11 @@ class Fa4LseOps(LseOps):
 
 
 register(FlashAttnPackage("flash_attn2", "flash_attn", "FlashAttention-2 (flash-attn package)", "flash-attn",
-                          extensions=("flash_attn_2_cuda",)))
+                          extensions=("flash_attn_2_cuda",), libraries=("flash-attn",)))
 register(FlashAttnPackage("flash_attn3", "flash_attn_interface",
                           "FlashAttention-3 (Hopper; flash-attention's hopper/ build)",
-                          "flash-attention's hopper/ package (flash_attn_3)"))
+                          "flash-attention's hopper/ package (flash_attn_3)", libraries=("flash-attn-3",)))
 register(FlashAttnPackage("flash_attn4", "flash_attn.cute", "FlashAttention-4 (CuTe DSL, flash_attn.cute)",
                           "flash-attn-cute (flash-attention's flash_attn/cute)", unbounded=None,
-                          lse_ops_class=Fa4LseOps, version_from="flash-attn-4"))
+                          lse_ops_class=Fa4LseOps, version_from="flash-attn-4",
+                          libraries=("flash-attn-4",)))

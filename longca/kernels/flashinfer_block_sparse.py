@@ -23,6 +23,7 @@ import torch
 from ..attention.masks import HeadBlockMask
 from ..attention.problem import Problem
 from . import register
+from ._library import Library
 from .base import Kernel
 
 WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended float workspace
@@ -30,6 +31,7 @@ WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended float workspace
 
 class FlashInferBlockSparse(Kernel):
     name = "flashinfer_block_sparse"
+    libraries = ("flashinfer-python",)
     description = ("FlashInfer's variable-block-sparse attention (FA3 backend on Hopper), block_sparse_heads and "
                    "variable_block_sparse_heads masks")
     devices = ("cuda",)
@@ -40,23 +42,13 @@ class FlashInferBlockSparse(Kernel):
     module = "flashinfer"
 
     def __init__(self) -> None:
-        self._wrapper: Any = None
-        self._error: str | None = None
-
-    def _load(self):
-        # Lazy: a missing library makes cells unsupported, not `import longca.kernels` fail.
-        if self._wrapper is None and self._error is None:
-            try:
-                self._wrapper = importlib.import_module(self.module).VariableBlockSparseAttentionWrapper
-            except Exception as exc:  # noqa: BLE001 — ImportError, a missing name, a broken install
-                self._error = (f"{self.module}.VariableBlockSparseAttentionWrapper is not importable "
-                               f"({type(exc).__name__}: {exc}); install flashinfer-python (its kernels "
-                               "compile on first use with nvcc, or come prebuilt: scripts/build_kernels.sh)")
-        return self._wrapper
+        self._load = Library(lambda: importlib.import_module(self.module).VariableBlockSparseAttentionWrapper,
+                             f"{self.module}.VariableBlockSparseAttentionWrapper",
+                             "install flashinfer-python (its kernels compile on first use with nvcc, or come "
+                             "prebuilt: scripts/build_kernels.sh)")
 
     def available(self) -> str | None:
-        self._load()
-        return self._error
+        return self._load.missing()
 
     def supports_mask(self, problem: Problem) -> str | None:
         if not isinstance(problem.mask, HeadBlockMask):

@@ -25,6 +25,7 @@ from ..attention.flashmask import FlashMaskIndices, NotRepresentable, to_flashma
 from ..attention.masks import AttnMask
 from ..attention.problem import Problem
 from . import register
+from ._library import Library, Unusable
 from .base import Kernel
 
 MIN_VERSION = (3, 0)
@@ -43,6 +44,7 @@ def _version(text: str) -> tuple[int, ...]:
 
 class FlashMask(Kernel):
     name = "flashmask"
+    libraries = ("paddlepaddle-gpu",)
     description = "FlashMask (PaddlePaddle flashmask_attention), masks as column-wise row indices"
     devices = ("cuda",)
     dtypes = (torch.bfloat16, torch.float16)
@@ -50,37 +52,28 @@ class FlashMask(Kernel):
     module = "paddle"
 
     def __init__(self) -> None:
-        self._paddle: Any = None
-        self._error: str | None = None
+        self._load = Library(self._import)
         self._converted: OrderedDict = OrderedDict()
 
-    def _load(self):
-        # Lazy: a missing library makes cells unsupported, not `import longca.kernels` fail.
-        if self._paddle is None and self._error is None:
-            self._error = self._check()
-        return self._paddle
-
-    def _check(self) -> str | None:
+    def _import(self):
         try:
             paddle = importlib.import_module(self.module)
         except Exception as exc:  # noqa: BLE001 — ImportError or a broken install
-            return (f"PaddlePaddle is not installed ({type(exc).__name__}: {exc}): FlashMask needs a Paddle GPU "
-                    f"build >= {'.'.join(map(str, MIN_VERSION))} (paddlepaddle-gpu from PaddlePaddle's own index; "
-                    "PyPI's paddlepaddle-gpu is 2.6.2, without flashmask_attention)")
+            raise Unusable(f"PaddlePaddle is not installed ({type(exc).__name__}: {exc}): FlashMask needs a Paddle GPU "
+                           f"build >= {'.'.join(map(str, MIN_VERSION))} (paddlepaddle-gpu from PaddlePaddle's own "
+                           "index; PyPI's paddlepaddle-gpu is 2.6.2, without flashmask_attention)") from exc
         version = str(getattr(paddle, "__version__", "0"))
         if _version(version) < MIN_VERSION:
-            return (f"PaddlePaddle {version} is installed; FlashMask's flashmask_attention needs a GPU build >= "
-                    f"{'.'.join(map(str, MIN_VERSION))}")
+            raise Unusable(f"PaddlePaddle {version} is installed; FlashMask's flashmask_attention needs a GPU "
+                           f"build >= {'.'.join(map(str, MIN_VERSION))}")
         if not paddle.is_compiled_with_cuda():
-            return f"PaddlePaddle {version} is a CPU build; FlashMask needs its GPU build"
+            raise Unusable(f"PaddlePaddle {version} is a CPU build; FlashMask needs its GPU build")
         if not hasattr(paddle.nn.functional, "flashmask_attention"):
-            return f"PaddlePaddle {version} has no paddle.nn.functional.flashmask_attention"
-        self._paddle = paddle
-        return None
+            raise Unusable(f"PaddlePaddle {version} has no paddle.nn.functional.flashmask_attention")
+        return paddle
 
     def available(self) -> str | None:
-        self._load()
-        return self._error
+        return self._load.missing()
 
     def _indices(self, mask: AttnMask) -> FlashMaskIndices:
         key = mask_convert.mask_key(mask)
@@ -109,7 +102,7 @@ class FlashMask(Kernel):
 
     def notes(self, prepared: dict[str, Any]) -> dict[str, Any]:
         notes = super().notes(prepared)
-        notes["version"] = str(getattr(self._paddle, "__version__", None))
+        notes["version"] = str(getattr(self._load(), "__version__", None))
         return notes
 
 

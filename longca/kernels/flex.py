@@ -70,6 +70,7 @@ def _compiled(fullgraph: bool = False):
 
 class FlexAttention(Kernel):
     name = "flex"
+    libraries = ("triton",)
     description = "FlexAttention (torch.compile), BlockMask built from the mask's slices"
     dtypes = (torch.float32, torch.bfloat16, torch.float16)
     min_warmup = 1  # the first call of a new shape compiles (backward compiles on its first call)
@@ -105,8 +106,12 @@ class FlexAttention(Kernel):
             q, k, v = q.detach(), k.detach(), v.detach()
         out = _compiled(self.fullgraph)(q, k, v, block_mask=prepared["block_mask"],
                                         enable_gqa=prepared["enable_gqa"],
-                                        kernel_options=self.flex_kernel_options)
+                                        kernel_options=self.kernel_options(prepared))
         return out.transpose(1, 2)
+
+    def kernel_options(self, prepared: dict[str, Any]) -> dict[str, Any] | None:
+        """FlexAttention's ``kernel_options`` for a call: the class's (the backend choice)."""
+        return self.flex_kernel_options
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,6 +185,7 @@ def flash_backend_missing() -> str | None:
 
 class FlexFlash(FlexAttention):
     name = "flex_flash"
+    libraries = ("flash-attn-4",)
     description = "FlexAttention on its FLASH backend (FlashAttention-4 CuTe kernels), BlockMask from the slices"
     # CUDA only: on CPU torch lowers flex_attention to its C++ template whatever BACKEND says.
     devices = ("cuda",)

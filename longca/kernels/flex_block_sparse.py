@@ -22,7 +22,7 @@ from ..attention.masks import HeadBlockMask
 from ..attention.problem import Problem
 from . import register
 from .base import Unsupported
-from .flex import FlexAttention, _chain, _compiled, _first_lines, no_silent_fallback
+from .flex import FlexAttention, _chain, _first_lines, no_silent_fallback
 
 DEFAULT_TILE = 128  # FlexAttention's forward query tile; smaller blocks ask for their own size
 # How Inductor says none of its backward tile configurations divides the BlockMask's tile (torch
@@ -73,16 +73,9 @@ class FlexBlockSparse(FlexAttention):
                 "enable_gqa": problem.gqa, "inference_only": problem.device.type == "cpu",
                 "flex_tile_options": options}
 
-    def forward(self, q, k, v, prepared):
-        # flex's forward with the problem's tile options (flex reads its class's): restated here, as a
-        # change to flex.py's forward would move the cache key of every flex and flex_flash cell.
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        if prepared["inference_only"]:
-            q, k, v = q.detach(), k.detach(), v.detach()
-        out = _compiled(self.fullgraph)(q, k, v, block_mask=prepared["block_mask"],
-                                        enable_gqa=prepared["enable_gqa"],
-                                        kernel_options=prepared["flex_tile_options"])
-        return out.transpose(1, 2)
+    def kernel_options(self, prepared: dict[str, Any]) -> dict[str, Any] | None:
+        """The problem's tile options (a block smaller than FlexAttention's default tile asks for its own)."""
+        return prepared["flex_tile_options"]
 
     def prepare(self, problem: Problem) -> dict[str, Any]:
         no_silent_fallback()

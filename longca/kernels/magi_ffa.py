@@ -24,6 +24,7 @@ import torch
 from ..attention.masks.slices import AttnMask, SliceKind
 from ..attention.problem import Problem
 from . import register
+from ._library import Library
 from .base import Kernel
 
 # FFA's attn_type_map values (flex_flash_attn_func's docstring).
@@ -47,6 +48,7 @@ def ffa_ranges(mask: AttnMask, batch: int = 1) -> tuple[list[list[int]], list[li
 
 class MagiFFA(Kernel):
     name = "ffa"
+    libraries = ("magi-attention",)
     description = "MagiAttention's flexible flash attention (FFA), ranges with a type each"
     devices = ("cuda",)
     dtypes = (torch.bfloat16, torch.float16)
@@ -54,22 +56,11 @@ class MagiFFA(Kernel):
     distribution = "magi-attention (MagiAttention, github.com/SandAI-org/MagiAttention)"
 
     def __init__(self) -> None:
-        self._fn: Any = None
-        self._error: str | None = None
-
-    def _load(self):
-        # Lazy: a missing library must make cells unsupported, not fail `import longca.kernels`.
-        if self._fn is None and self._error is None:
-            try:
-                self._fn = importlib.import_module(self.module).flex_flash_attn_func
-            except Exception as exc:  # noqa: BLE001 — ImportError, a missing name, a broken extension
-                self._error = (f"{self.module}.flex_flash_attn_func is not importable "
-                               f"({type(exc).__name__}: {exc}); install {self.distribution}")
-        return self._fn
+        self._load = Library(lambda: importlib.import_module(self.module).flex_flash_attn_func,
+                             f"{self.module}.flex_flash_attn_func", f"install {self.distribution}")
 
     def available(self) -> str | None:
-        self._load()
-        return self._error
+        return self._load.missing()
 
     def prepare(self, problem: Problem) -> dict[str, Any]:
         q_ranges, k_ranges, types = ffa_ranges(problem.mask, problem.batch)

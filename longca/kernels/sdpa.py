@@ -67,8 +67,10 @@ _LSE_OPS = {
 
 class SDPA(Kernel):
     def __init__(self, name: str, backend: SDPBackend | None, description: str, *,
-                 devices=("cpu", "cuda"), dense_mask: bool = True, gqa: bool = True):
+                 devices=("cpu", "cuda"), dense_mask: bool = True, gqa: bool = True,
+                 libraries: tuple[str, ...] = ()):
         self.name = name
+        self.libraries = libraries
         self.backend = backend
         self.description = description
         self.devices = devices
@@ -113,4 +115,5 @@ register(SDPA("sdpa_flash", SDPBackend.FLASH_ATTENTION, "SDPA, FlashAttention-2 
               dense_mask=False))
 register(SDPA("sdpa_efficient", SDPBackend.EFFICIENT_ATTENTION, "SDPA, memory-efficient (xFormers) backend",
               devices=("cuda",), gqa=False))
-register(SDPA("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION, "SDPA, cuDNN backend", devices=("cuda",)))
+register(SDPA("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION, "SDPA, cuDNN backend", devices=("cuda",),
+              libraries=("cudnn",)))

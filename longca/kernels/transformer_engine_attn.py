@@ -10,17 +10,16 @@ Full and causal go in as ``bshd``; packed documents as ``thd`` with ``cu_seqlens
 from __future__ import annotations
 
 import ctypes
-import functools
 import glob
 import os
 from typing import Any
 
 import torch
 
-from ..attention import mask_convert
 from ..attention.problem import Problem
 from . import register
-from ._flash_masks import NO_WINDOW, flash_mask
+from ._flash_masks import NO_WINDOW, batch_cu_seqlens, flash_mask
+from ._library import Library
 from .base import Kernel
 
 
@@ -69,34 +68,33 @@ def keep_backward_state(out: torch.Tensor, attributes: tuple[str, ...], depth: i
 TE_BACKWARD_STATE = ("backward_objects", "tensor_objects")
 
 
-@functools.lru_cache(maxsize=None)
-def _te():
-    try:
-        # torch's own cuDNN first: TransformerEngine otherwise loads whichever libcudnn it finds first
-        # (another package's older one), after which torch refuses cuDNN in this process, in every
-        # later cell of it too.  Loaded first, torch's is the one TE's library binds to.
-        if torch.cuda.is_available() and torch.backends.cudnn.is_available():
-            torch.backends.cudnn.version()
-            if loaded := _loaded_library_dir("libcudnn.so"):
-                os.environ.setdefault("CUDNN_HOME", loaded)  # where TE looks for cuDNN first
-                # cuDNN's sub-libraries, which TE's library asks for by name: torch's, not a system copy.
-                for sub in sorted(glob.glob(os.path.join(loaded, "libcudnn*.so*"))):
-                    ctypes.CDLL(sub, mode=ctypes.RTLD_GLOBAL)
-        import transformer_engine.pytorch as te
-    except Exception as exc:  # noqa: BLE001 — ImportError, or a broken build
-        return None, (f"transformer_engine.pytorch is not importable ({type(exc).__name__}: {exc}); "
-                      "install transformer-engine[pytorch]")
-    return te, None
+def _import_te():
+    # torch's own cuDNN first: TransformerEngine otherwise loads whichever libcudnn it finds first
+    # (another package's older one), after which torch refuses cuDNN in this process, in every
+    # later cell of it too.  Loaded first, torch's is the one TE's library binds to.
+    if torch.cuda.is_available() and torch.backends.cudnn.is_available():
+        torch.backends.cudnn.version()
+        if loaded := _loaded_library_dir("libcudnn.so"):
+            os.environ.setdefault("CUDNN_HOME", loaded)  # where TE looks for cuDNN first
+            # cuDNN's sub-libraries, which TE's library asks for by name: torch's, not a system copy.
+            for sub in sorted(glob.glob(os.path.join(loaded, "libcudnn*.so*"))):
+                ctypes.CDLL(sub, mode=ctypes.RTLD_GLOBAL)
+    import transformer_engine.pytorch as te
+    return te
+
+
+_te = Library(_import_te, "transformer_engine.pytorch", "install transformer-engine[pytorch]")
 
 
 class TransformerEngineAttention(Kernel):
     name = "te_fused"
+    libraries = ("transformer-engine", "cudnn")
     description = "TransformerEngine DotProductAttention (cuDNN fused / flash backends)"
     devices = ("cuda",)
     dtypes = (torch.bfloat16, torch.float16)
 
     def available(self) -> str | None:
-        return _te()[1]
+        return _te.missing()
 
     def supports_mask(self, problem: Problem) -> str | None:
         if flash_mask(problem) is None:
@@ -105,7 +103,7 @@ class TransformerEngineAttention(Kernel):
         return None
 
     def prepare(self, problem: Problem) -> dict[str, Any]:
-        te, _ = _te()
+        te = _te()
         fm = flash_mask(problem)
         packed = fm.packed
         mask_type = ("padding_causal" if fm.causal else "padding") if packed else ("causal" if fm.causal else "no_mask")
@@ -120,17 +118,12 @@ class TransformerEngineAttention(Kernel):
         if window is not None:
             prepared["window"] = window
         if packed:
-            cu = mask_convert.cu_seqlens(problem.mask, problem.device)
-            if problem.batch > 1:
-                starts = cu[:-1][None, :] + problem.seqlen * torch.arange(
-                    problem.batch, device=problem.device, dtype=torch.int32)[:, None]
-                cu = torch.cat([starts.flatten(), cu.new_tensor([problem.batch * problem.seqlen])])
-            prepared.update(cu_seqlens=cu, max_seqlen=fm.max_document)
+            prepared.update(cu_seqlens=batch_cu_seqlens(problem), max_seqlen=fm.max_document)
         return prepared
 
     def notes(self, prepared: dict[str, Any]) -> dict[str, Any]:
         notes = super().notes(prepared)
-        notes["version"] = getattr(_te()[0], "__version__", None)
+        notes["version"] = getattr(_te(), "__version__", None)
         if "window" in prepared:
             notes["window"] = list(prepared["window"])  # as the flash-attn adapters record it
         return notes

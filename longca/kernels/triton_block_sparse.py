@@ -743,6 +743,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prepared: Prepa
 
 class TritonBlockSparse(Kernel):
     name = "triton_block_sparse"
+    libraries = ("triton",)
     description = ("LongCA's own Triton block-sparse flash attention: full / partial / skipped "
                    "tiles from the mask's slices, in-kernel GQA, Triton backward")
     devices = ("cuda", "cpu")

@@ -13,10 +13,9 @@ from typing import Any
 
 import torch
 
-from ..attention import mask_convert
 from ..attention.problem import Problem
 from . import register
-from ._flash_masks import flash_mask, unsupported_reason
+from ._flash_masks import batch_cu_seqlens, flash_mask, unsupported_reason
 from .base import Kernel
 
 
@@ -48,13 +47,7 @@ class VarlenAttn(Kernel):
         _, params = _api()
         fm = flash_mask(problem)
         docs = problem.mask.documents or (problem.seqlen,)
-        # cu_seqlens over the flattened batch: every sequence has the same documents.
-        cu = mask_convert.cu_seqlens(problem.mask, problem.device) if problem.mask.documents else \
-            torch.tensor([0, problem.seqlen], dtype=torch.int32, device=problem.device)
-        if problem.batch > 1:
-            offsets = torch.arange(problem.batch, device=problem.device, dtype=torch.int32) * problem.seqlen
-            cu = torch.cat([(cu[:-1][None, :] + offsets[:, None]).flatten(),
-                            torch.tensor([problem.batch * problem.seqlen], dtype=torch.int32, device=problem.device)])
+        cu = batch_cu_seqlens(problem)
         window = fm.window
         if fm.causal:
             window = (window[0], 0)

@@ -22,6 +22,7 @@ import torch
 from ..attention.masks import HeadBlockMask
 from ..attention.problem import Problem
 from . import register
+from ._library import Library
 from .base import Kernel
 
 VSA_TILE = 64  # the kernel's tile: query and key tiles of 64 tokens
@@ -39,6 +40,7 @@ def tile_lists(mask: HeadBlockMask, device: torch.device) -> tuple[torch.Tensor,
 
 class VSATriton(Kernel):
     name = "vsa_triton"
+    libraries = ("fastvideo-kernel", "triton")
     description = "VSA's Triton block-sparse kernel (fastvideo-kernel), 64-token tiles (block_sparse_heads, variable_block_sparse_heads)"
     devices = ("cuda",)
     dtypes = (torch.bfloat16, torch.float16)
@@ -47,23 +49,12 @@ class VSATriton(Kernel):
     module = "fastvideo_kernel.block_sparse_attn"
 
     def __init__(self) -> None:
-        self._fn: Any = None
-        self._error: str | None = None
-
-    def _load(self):
-        # Lazy: a missing library makes cells unsupported, not `import longca.kernels` fail.
-        if self._fn is None and self._error is None:
-            try:
-                self._fn = importlib.import_module(self.module).block_sparse_attn_triton
-            except Exception as exc:  # noqa: BLE001 — ImportError, a missing name, a broken install
-                self._error = (f"{self.module}.block_sparse_attn_triton is not importable "
-                               f"({type(exc).__name__}: {exc}); install fastvideo-kernel (FastVideo's "
-                               "VSA; its Triton kernels need no build)")
-        return self._fn
+        self._load = Library(lambda: importlib.import_module(self.module).block_sparse_attn_triton,
+                             f"{self.module}.block_sparse_attn_triton",
+                             "install fastvideo-kernel (FastVideo's VSA; its Triton kernels need no build)")
 
     def available(self) -> str | None:
-        self._load()
-        return self._error
+        return self._load.missing()
 
     def supports_mask(self, problem: Problem) -> str | None:
         mask = problem.mask

@@ -8,7 +8,6 @@ broadcast by ``expand`` (a view: no copy).  Windows and the other patterns are `
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
@@ -16,26 +15,27 @@ import torch
 from ..attention.problem import Problem
 from . import register
 from ._flash_masks import NO_WINDOW, flash_mask
+from ._library import Library
 from .base import Kernel
 
 
-@functools.lru_cache(maxsize=None)
-def _fmha():
-    try:
-        import xformers.ops.fmha as fmha
-    except Exception as exc:  # noqa: BLE001 — ImportError, or a broken build
-        return None, f"xformers is not importable ({type(exc).__name__}: {exc}); install xformers"
-    return fmha, None
+def _import_fmha():
+    import xformers.ops.fmha as fmha
+    return fmha
+
+
+_fmha = Library(_import_fmha, "xformers", "install xformers")
 
 
 class XformersFmha(Kernel):
     name = "xformers"
+    libraries = ("xformers",)
     description = "xFormers memory_efficient_attention (fmha dispatcher)"
     devices = ("cuda",)
     dtypes = (torch.bfloat16, torch.float16, torch.float32)
 
     def available(self) -> str | None:
-        return _fmha()[1]
+        return _fmha.missing()
 
     def supports_mask(self, problem: Problem) -> str | None:
         fm = flash_mask(problem)
@@ -46,7 +46,7 @@ class XformersFmha(Kernel):
         return None
 
     def prepare(self, problem: Problem) -> dict[str, Any]:
-        fmha, _ = _fmha()
+        fmha = _fmha()
         fm = flash_mask(problem)
         if fm.packed:
             cls = fmha.attn_bias.BlockDiagonalCausalMask if fm.causal else fmha.attn_bias.BlockDiagonalMask
@@ -57,7 +57,7 @@ class XformersFmha(Kernel):
                 "group": problem.heads_q // problem.heads_kv}
 
     def forward(self, q, k, v, prepared):
-        fmha, _ = _fmha()
+        fmha = _fmha()
         group = prepared["group"]
         if group > 1:
             b, s, hq, d = q.shape

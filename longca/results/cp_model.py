@@ -40,10 +40,13 @@ import pandas as pd
 from ..attention import masks
 from ..attention.flops import DIRECTION_FACTOR, attention_flops
 from ..attention.masks import AttnMask, AttnSlice, SliceKind
+from ..cells import cp_seqlen
 from ..cp import layout as layouts
 from ..cp.allgather import _complement
 from ..cp.blocks import restrict
+from ..cp import comm
 from ..cp.sequence_parallel import divisor_at_most
+from .tables import tied_with_best
 
 # The local kernel's tile (FFA's forward: 128 queries × 128 keys): a call costs the tiles it touches.
 TILE = 128
@@ -109,7 +112,7 @@ def rank_blocks(strategy: str, mask: AttnMask, p: int) -> tuple[tuple[float, flo
 def _a2a(p: int, q: float, kv: float, heads_kv: int) -> float:
     """Ulysses' all-to-alls of Q, K, V, O (and of dO, dQ, dK, dV backward): (p-1)/p of what a rank
     holds leaves it; K/V are replicated to ``p`` heads when there are fewer KV heads than ranks."""
-    return (p - 1) / p * (2 * q + kv * max(1.0, p / heads_kv))
+    return comm.sent_bytes("all_to_all", 2 * q + kv * max(1.0, p / heads_kv), p)
 
 
 # (fwd bytes, bwd bytes) per rank per step, from P, the Q shard's and the K+V shard's bytes and the
@@ -135,8 +138,8 @@ BYTES: dict[str, Traffic] = {
                     lambda p, q, kv, h: {"overlap": (3 * p - 1) * kv}),
     "double_ring": Traffic(lambda p, q, kv, h: {"overlap": (p - 1) * kv}, None),
     # Gather K/V; backward gather again and reduce-scatter float32 dK/dV.
-    "allgather": Traffic(lambda p, q, kv, h: {"overlap": (p - 1) * kv},
-                         lambda p, q, kv, h: {"overlap": 3 * (p - 1) * kv}),
+    "allgather": Traffic(lambda p, q, kv, h: {"overlap": comm.sent_bytes("all_gather", kv, p)},
+                         lambda p, q, kv, h: {"overlap": 3 * comm.sent_bytes("all_gather", kv, p)}),
     "ulysses": Traffic(lambda p, q, kv, h: {"wait": _a2a(p, q, kv, h)},
                        lambda p, q, kv, h: {"wait": _a2a(p, q, kv, h)}),
     "usp": Traffic(_usp("fwd"), _usp("bwd")),
@@ -225,7 +228,7 @@ class Cell:
 
     @property
     def flops(self) -> float:
-        return _flops(self.mask, self.tokens_per_rank * self.cp_size, self.mask_params, self.seed, self.heads_q,
+        return _flops(self.mask, cp_seqlen(self.tokens_per_rank, self.cp_size), self.mask_params, self.seed, self.heads_q,
                       self.head_dim, self.direction)
 
 
@@ -246,7 +249,7 @@ def _rank_blocks(strategy: str, name: str, seqlen: int, params: str, seed: int, 
 
 def cell_blocks(cell: Cell) -> tuple[tuple[float, float], ...]:
     p = cell.cp_size
-    return _rank_blocks(cell.strategy, cell.mask, cell.tokens_per_rank * p, cell.mask_params, cell.seed, p)
+    return _rank_blocks(cell.strategy, cell.mask, cp_seqlen(cell.tokens_per_rank, p), cell.mask_params, cell.seed, p)
 
 
 def step_seconds(blocks: list[float], overlapped: float, waited: float) -> float:
@@ -362,15 +365,16 @@ def held_out(model: Model, cp: pd.DataFrame, rows: pd.Series) -> pd.DataFrame:
 
 
 def ranking_agreement(checked: pd.DataFrame, tie: float = 0.05) -> tuple[int, int]:
-    """(cells where the predicted best strategy is the measured best or tied with it within ``tie``,
-    cells with two or more strategies) over mask × tokens × cp_size × direction."""
+    """(cells where the predicted best strategy is the measured best or tied with it
+    (``tables.tied_with_best`` at margin ``tie``), cells with two or more strategies) over mask ×
+    tokens × cp_size × direction."""
     agree = total = 0
     for _, g in checked.groupby(["mask", "tokens_per_rank", "cp_size", "direction"]):
         if len(g) < 2:
             continue
         total += 1
         pick = g.loc[g["predicted"].idxmax()]
-        agree += pick["measured"] >= g["measured"].max() * (1 - tie)
+        agree += bool(tied_with_best(pick["measured"], g["measured"].max(), tie))
     return agree, total
 
 

@@ -173,7 +173,7 @@ def read_rows(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
 
 def _identity(path: str) -> dict[str, Any]:
     """What a row file's path says about its cell: kind, names, length, direction, dtype."""
-    from ..cells import CPCell, from_name
+    from ..cells import CPCell, cp_seqlen, from_name
 
     cell = from_name(path)
     if cell is None:
@@ -181,7 +181,7 @@ def _identity(path: str) -> dict[str, Any]:
     fields = {"mask": cell.mask, "direction": cell.direction, "dtype": cell.dtype}
     if isinstance(cell, CPCell):
         return {**fields, "kind": "cp", "strategy": cell.strategy, "cp_size": cell.cp_size,
-                "tokens_per_rank": cell.tokens_per_rank, "seqlen": cell.tokens_per_rank * cell.cp_size}
+                "tokens_per_rank": cell.tokens_per_rank, "seqlen": cp_seqlen(cell.tokens_per_rank, cell.cp_size)}
     return {**fields, "kind": "kernel", "kernel": cell.kernel, "seqlen": cell.seqlen}
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .. import run_dir
+from ..cells import tokens_per_rank as per_rank
 
 # Every status a cell can have, in the order the report counts them.
 STATUS_ORDER = ["ok", "unsupported", "oom", "wrong", "error", "timeout"]
@@ -68,13 +69,20 @@ def ok_rows(df: pd.DataFrame, value: str = "tflops") -> pd.DataFrame:
 UNSTEADY_SPREAD = 1.10
 
 
+def tied_with_best(value, best, tie_margin: float):
+    """Whether ``value`` (higher is better) is tied with ``best``: within the run-to-run spread
+    ``tie_margin`` of it, ``value × (1 + tie_margin) ≥ best`` (0.05: within ×1.05), so a second run
+    could order them either way and ``best`` does not beat it.  The one tie rule of every table and
+    check; element-wise on arrays and Series."""
+    return value * (1.0 + tie_margin) >= best
+
+
 def tied_with(ranked: pd.DataFrame, value: str, name: str, tie_margin: float) -> list[str]:
-    """The names after the first of ``ranked`` (sorted fastest first) whose ``value`` is within
-    ``tie_margin`` of the first's: a second run could order them either way (the config's
-    ``tie_margin`` is the measured run-to-run spread), so the first does not beat them."""
+    """The names after the first of ``ranked`` (sorted fastest first) whose ``value`` is tied with
+    the first's (``tied_with_best``; the config's ``tie_margin`` is the measured run-to-run spread)."""
     top = float(ranked.iloc[0][value])
     return [str(n) for n, v in zip(ranked[name].iloc[1:], ranked[value].iloc[1:])
-            if float(v) * (1.0 + tie_margin) >= top]
+            if tied_with_best(float(v), top, tie_margin)]
 
 
 def contest(ranked: pd.DataFrame, value: str, name: str, tie_margin: float) -> dict:
@@ -381,7 +389,8 @@ def empty_cp() -> pd.DataFrame:
 
 def tokens_per_rank(cp: pd.DataFrame) -> pd.Series:
     """``tokens_per_rank`` where the table has it, else ``seqlen // cp_size``."""
-    derived = (cp["seqlen"] // cp["cp_size"]).astype("Int64") if len(cp) else pd.Series([], dtype="Int64")
+    derived = (per_rank(cp["seqlen"], cp["cp_size"]).astype("Int64") if len(cp)
+               else pd.Series([], dtype="Int64"))
     if "tokens_per_rank" in cp.columns:
         return cp["tokens_per_rank"].astype("Int64").fillna(derived)
     return derived
@@ -704,7 +713,7 @@ def _cp_efficiency_notes(cp: pd.DataFrame | None, tie_margin: float) -> list[str
     flagged, not published as a win (no parallel gain explains it)."""
     if cp is None or "vs_one_gpu" not in cp or not len(cp):
         return []
-    above = cp[cp["vs_one_gpu"] > 1.0 + tie_margin]
+    above = cp[cp["vs_one_gpu"].notna() & ~tied_with_best(1.0, cp["vs_one_gpu"], tie_margin)]
     if not len(above):
         return []
     top = above.loc[above["vs_one_gpu"].idxmax()]

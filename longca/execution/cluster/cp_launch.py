@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from ...cells import tokens_per_rank
 from . import cp_group
 from ..processes import gpu_slots
 from ..cache import kept_rows
@@ -108,7 +109,7 @@ def failure_row(settings: dict, status: str, reason: str, *, cell_id: str, finge
            "fingerprint": fingerprint, "wall_s": wall_s}
     row["mask_params"] = json.dumps(settings.get("mask_params", {}), sort_keys=True)
     row["strategy_options"] = json.dumps(settings.get("strategy_options", {}), sort_keys=True)
-    row["tokens_per_rank"] = settings["seqlen"] // settings["cp_size"]
+    row["tokens_per_rank"] = tokens_per_rank(settings["seqlen"], settings["cp_size"])
     # Where it failed, as an ok row says where it ran: the SLURM job to look up, the nodes it spanned.
     row["slurm_job_id"] = os.environ.get("SLURM_JOB_ID")
     row["nodes"] = nodes_of(settings)

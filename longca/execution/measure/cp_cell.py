@@ -24,6 +24,7 @@ import torch.distributed as dist
 from ...attention import chunked_reference, reference
 from ...attention.flops import attention_flops
 from ...attention.problem import Problem
+from ...cells import tokens_per_rank
 from ...cp import build
 from ...cp.base import Unsupported
 from . import env, graphed, timing
@@ -244,7 +245,7 @@ def run_cell(spec: CPSpec) -> dict[str, Any] | None:
     row: dict[str, Any] = {"kind": "cp", **dataclasses.asdict(spec), "status": "error", "reason": None}
     row["mask_params"] = json.dumps(spec.mask_params, sort_keys=True)
     row["strategy_options"] = json.dumps(spec.strategy_options, sort_keys=True)
-    row["tokens_per_rank"] = spec.seqlen // spec.cp_size
+    row["tokens_per_rank"] = tokens_per_rank(spec.seqlen, spec.cp_size)
     row["backend"] = dist.get_backend()
     failure = None
     device = torch.device("cpu")

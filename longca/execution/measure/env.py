@@ -13,21 +13,19 @@ from typing import Any
 
 import torch
 
+from ... import kernels
+
 # Distribution names of the kernel libraries whose versions every row records.
 KERNEL_LIBRARIES = ("flash-attn", "flash-attn-3", "flash-attn-4", "flash-attn-cute", "xformers",
                     "transformer-engine", "transformer-engine-torch", "nvidia-cudnn-frontend", "triton",
                     "magi-attention", "fastvideo-kernel", "flashinfer-python", "paddlepaddle-gpu")
-# What each kernel calls, besides torch (every kernel runs under it): distributions, and "cudnn" for
-# the cuDNN library torch loaded.  A kernel not listed calls torch alone.
-KERNEL_CALLS: dict[str, tuple[str, ...]] = {
-    "flash_attn2": ("flash-attn",), "flash_attn3": ("flash-attn-3",), "flash_attn4": ("flash-attn-4",),
-    "flex_flash": ("flash-attn-4",), "cudnn_fe": ("nvidia-cudnn-frontend", "cudnn"), "sdpa_cudnn": ("cudnn",),
-    "triton_block_sparse": ("triton",), "flex": ("triton",), "xformers": ("xformers",),
-    "te_fused": ("transformer-engine", "cudnn"), "ffa": ("magi-attention",),
-    "ffa_block_sparse": ("magi-attention",), "flex_block_sparse": ("triton",),
-    "vsa_triton": ("fastvideo-kernel", "triton"), "flashinfer_block_sparse": ("flashinfer-python",),
-    "flashmask": ("paddlepaddle-gpu",),
-}
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_calls() -> dict[str, tuple[str, ...]]:
+    """What each kernel calls besides torch, as the kernel declares it (``Kernel.libraries``):
+    distributions, and "cudnn" for the cuDNN library torch loaded.  A kernel not here calls torch alone."""
+    return {name: kernels.get(name).libraries for name in kernels.names() if kernels.get(name).libraries}
 
 
 def _cpu_name() -> str:
@@ -77,7 +75,7 @@ def kernel_library(kernel: str) -> str:
     """The libraries ``kernel`` calls, with the versions installed here: "torch 2.11.0+cu130 +
     flash-attn-4 4.0.0b36" (a library that is not installed reads "not installed")."""
     named = [f"torch {torch.__version__}"]
-    for library in KERNEL_CALLS.get(kernel, ()):
+    for library in kernel_calls().get(kernel, ()):
         named.append(f"{library} {_version(library) or 'not installed'}")
     return " + ".join(named)
 

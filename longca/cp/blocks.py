@@ -127,6 +127,13 @@ def area(slices: Iterable[AttnSlice]) -> int:
     return sum(s.area() for s in slices)
 
 
+def share(total: int, parts: int, index: int) -> int:
+    """Part ``index`` of ``total`` pairs split into ``parts`` whole shares, the first ``total % parts``
+    one pair more: the shares sum to ``total`` exactly (a rank's area where the work is split evenly)."""
+    whole, remainder = divmod(total, parts)
+    return whole + int(index < remainder)
+
+
 def merge_slices(slices: Sequence[AttnSlice]) -> tuple[AttnSlice, ...]:
     """The same (query, key) pairs in fewer slices, where a rank's pieces lie next to each other in
     local memory though not in the sequence (``restrict`` cuts at every span).  A one-row FULL slice

@@ -9,6 +9,7 @@ import importlib
 from . import layout as layouts
 from . import register
 from .base import Strategy, Unsupported
+from .blocks import share
 
 
 class External(Strategy):
@@ -36,7 +37,7 @@ class RingFlashAttn(External):
             raise Unsupported("ring_flash_attn's zigzag function takes full or causal only")
         self.fn, self.causal = lib.zigzag_ring_flash_attn_func, mask.name == "causal"
         self.layout = layouts.build("zigzag", mask, self.world)
-        self.rank_area = mask.area() // self.world
+        self.rank_area = share(mask.area(), self.world, self.rank)  # the library's split is its own
         self.notes = {"layout": "zigzag"}
 
     def attention(self, q, k, v):

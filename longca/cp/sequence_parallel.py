@@ -19,7 +19,7 @@ from ..attention.masks import AttnMask
 from . import a2a
 from . import layout as layouts
 from .base import Strategy, Unsupported
-from .blocks import Span, area, restrict
+from .blocks import Span, area, restrict, share
 from .comm import Comm, grid_groups, new_subgroup
 from .local import BlockAttention
 from .ring_engine import double_ring_backward, double_ring_forward, ring_backward, ring_forward
@@ -75,8 +75,7 @@ class SequenceParallel(Strategy):
         # This rank computes 1/U of the heads of its Ulysses group's blocks: the group's area split
         # in U integer shares (the first ``remainder`` ranks one pair more), so the ranks' areas sum
         # to the mask's exactly.
-        whole, remainder = divmod(sum(area(b) for b in blocks), u)
-        self.rank_area = whole + int(self.ulysses.rank < remainder)
+        self.rank_area = share(sum(area(b) for b in blocks), u, self.ulysses.rank)
         self.u, self.window, self.ring_size = u, window, ring_size
         self.notes = {"ulysses_degree": u, "ring_degree": ring_size, "ring_window": window,
                       "kv_replication": self.rep, "layout": self.layout.name,

@@ -22,6 +22,7 @@ from ..attention.masks import SliceKind
 from . import layout as layouts
 from . import register
 from .base import Strategy, Unsupported
+from .blocks import share
 from .comm import sent_bytes
 
 _BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_efficient": "EFFICIENT_ATTENTION",
@@ -101,7 +102,7 @@ class TorchCP(Strategy):
         self.mesh = init_device_mesh("cuda", (self.world,))
         cpa.set_rotate_method(self.opts["rotate_method"])  # "allgather" or "alltoall"
         cpa._cp_options.enable_load_balance = self.causal
-        self.rank_area = mask.area() // self.world
+        self.rank_area = share(mask.area(), self.world, self.rank)  # the library's split is its own
         self.notes = {"layout": self.layout.name, "kv_expanded": self.group_size > 1,
                       "rotate_method": self.opts["rotate_method"]}
         # Forward and backward both run through the patched ops: on from here until close().

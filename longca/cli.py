@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -263,31 +264,57 @@ def _cp_strategies(args: argparse.Namespace) -> int:
     return 0
 
 
+def _table(path: str, kind: str, columns: tuple[str, ...]):
+    """A Parquet table a command reads, or ValueError saying why it is not the ``kind`` table asked for."""
+    import pandas as pd
+
+    if not Path(path).is_file():
+        raise ValueError(f"{path}: no such file (the {kind} table: a run's results/{kind}.parquet)")
+    try:
+        table = pd.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 — pyarrow's errors name neither the file nor what it wanted
+        raise ValueError(f"{path}: not a Parquet table ({type(exc).__name__}: {exc})") from None
+    missing = [c for c in columns if c not in table]
+    if missing:
+        raise ValueError(f"{path}: not a {kind} table (no column {', '.join(missing)}; "
+                         f"is it the {'kernels' if kind == 'cp' else 'cp'} table?)")
+    if not (table["status"] == "ok").any():
+        raise ValueError(f"{path}: no ok row to fit on")
+    return table
+
+
 def _predict(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from .results import cp_model
 
     try:
-        cp, kernels = pd.read_parquet(args.cp), pd.read_parquet(args.kernels)
+        cp = _table(args.cp, "cp", ("strategy", "cp_size", "tokens_per_rank", "status"))
+        kernels = _table(args.kernels, "kernels", ("kernel", "seqlen", "status"))
         model, table = cp_model.predictions(cp, kernels, args.strategies, args.mask, args.direction,
                                             args.tokens_per_rank, args.cp_sizes, args.gpus_per_node,
                                             args.network_gbs, args.nvlink_gbs)
     except (OSError, ValueError, KeyError) as exc:
         print(f"longca predict: {exc}", file=sys.stderr)
         return 2
-    print(f"# predicted, not measured: {args.mask} {args.direction}, {args.tokens_per_rank} tokens per GPU; "
-          f"fitted on {args.cp}: NVLink {model.links.nvlink_gbs:.0f} GB/s, {model.call_s * 1e6:.0f} µs per local "
-          f"call, {model.row_s * 1e9:.0f} ns per reduced query row; network {args.network_gbs:g} GB/s per GPU, "
-          f"{args.gpus_per_node} GPUs per node; step = waited transfers + sum over blocks of max(block, its hop) "
-          "(docs/cp.md)")
-    print("strategy      cp  TFLOPs/s/GPU  compute ms  exposed comm ms  sent MiB")
-    for r in table.itertuples():
-        if r.tflops_per_gpu is None or pd.isna(r.tflops_per_gpu):
-            print(f"{r.strategy:12s} {r.cp_size:3d}  not modelled: {r.why}")
+    lines = [f"# predicted, not measured: {args.mask} {args.direction}, {args.tokens_per_rank} tokens per GPU; "
+             f"fitted on {args.cp}: NVLink {model.links.nvlink_gbs:.0f} GB/s, {model.call_s * 1e6:.0f} µs per local "
+             f"call, {model.row_s * 1e9:.0f} ns per reduced query row; network {args.network_gbs:g} GB/s per GPU, "
+             f"{args.gpus_per_node} GPUs per node; step = waited transfers + sum over blocks of max(block, its hop) "
+             "(docs/cp.md); * the best at its size",
+             "strategy      cp  TFLOPs/s/GPU  best  compute ms  exposed comm ms  sent MiB"]
+    figures = pd.to_numeric(table["tflops_per_gpu"], errors="coerce")
+    best = figures.groupby(table["cp_size"]).transform("max")
+    for r, figure, top in zip(table.itertuples(), figures, best):
+        if pd.isna(figure):
+            lines.append(f"{r.strategy:12s} {r.cp_size:3d}  {'refused' if getattr(r, 'refused', False) is True else 'not modelled'}: {r.why}")
         else:
-            print(f"{r.strategy:12s} {r.cp_size:3d}  {r.tflops_per_gpu:12.0f}  {r.compute_ms:10.3f}  "
-                  f"{r.exposed_comm_ms:15.3f}  {r.sent_bytes / 2**20:8.0f}")
+            lines.append(f"{r.strategy:12s} {r.cp_size:3d}  {figure:12.4g}  {'*' if figure == top else '-':>4s}  "
+                         f"{r.compute_ms:10.3f}  {r.exposed_comm_ms:15.3f}  {r.sent_bytes / 2**20:8.0f}")
+    try:
+        print("\n".join(lines), flush=True)
+    except BrokenPipeError:  # `longca predict ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

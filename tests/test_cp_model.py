@@ -101,6 +101,34 @@ def test_predict_prints_a_row_per_strategy_and_size_and_refuses_what_it_cannot_m
     assert bad.returncode == 2 and "'warp_drive'" in bad.stderr
 
 
+def test_predict_refuses_what_the_strategy_refuses_and_marks_the_best():
+    """Ulysses at 96 GPUs: 96 does not divide the 64 query heads, so no figure; ring there has one."""
+    out = _predict("--strategies", "ulysses", "ring", "--cp-sizes", "8", "96")
+    assert out.returncode == 0, out.stderr
+    rows = {tuple(line.split()[:2]): line for line in out.stdout.splitlines()[2:]}
+    assert rows[("ulysses", "96")].split(None, 2)[2] == "refused: Ulysses degree 96 does not divide the 64 query heads"
+    assert float(rows[("ring", "96")].split()[2]) > 0
+    for size in ("8", "96"):  # one best per size, marked
+        assert [line.split()[3] for (s, p), line in rows.items() if p == size and "refused" not in line].count("*") == 1
+
+
+def test_predict_names_a_missing_or_swapped_table_and_survives_a_closed_pipe(tmp_path):
+    missing = _predict_tables(tmp_path / "nosuch.parquet", RESULTS / "h100_2026-11-23" / "kernels.parquet")
+    assert missing.returncode == 2 and "nosuch.parquet: no such file" in missing.stderr
+    swapped = _predict_tables(RESULTS / "h100_2026-11-23" / "kernels.parquet",
+                              RESULTS / "cp_4xh100_graphs_2026-11-27" / "cp.parquet")
+    assert swapped.returncode == 2 and "not a cp table" in swapped.stderr and "Traceback" not in swapped.stderr
+    piped = subprocess.run(f"{sys.executable} -m longca predict --cp {RESULTS / 'cp_4xh100_graphs_2026-11-27' / 'cp.parquet'} "
+                           f"--kernels {RESULTS / 'h100_2026-11-23' / 'kernels.parquet'} | head -1",
+                           shell=True, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert piped.stdout.startswith("# predicted, not measured") and "Traceback" not in piped.stderr, piped.stderr
+
+
+def _predict_tables(cp, kernels):
+    return subprocess.run([sys.executable, "-m", "longca", "predict", "--cp", str(cp), "--kernels", str(kernels)],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+
+
 def test_the_prediction_figure_draws_predicted_measured_and_published_series():
     from longca.results import plots
 

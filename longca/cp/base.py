@@ -51,6 +51,19 @@ class Strategy:
         self.layout = None
         self.notes: dict[str, Any] = {}
 
+    @classmethod
+    def sized(cls, world: int, options: dict[str, Any] | None = None) -> "Strategy":
+        """An instance that knows only its size and options, with no process group: what ``refuses``
+        asks before any work (config validation, ``longca predict``)."""
+        self = cls.__new__(cls)
+        self.opts, self.group, self.world, self.rank = {**cls.options, **(options or {})}, None, world, 0
+        return self
+
+    def refuses(self, heads_q: int, heads_kv: int) -> str | None:
+        """Why this strategy cannot run on ``self.world`` ranks with these heads and its options (the
+        checks ``plan`` makes first), or None."""
+        return None
+
     # --- planning ------------------------------------------------------------------------------
     def plan(self, mask: AttnMask, heads_q: int, heads_kv: int, head_dim: int, device: torch.device,
              dtype: torch.dtype) -> None:

@@ -45,12 +45,24 @@ class SequenceParallel(Strategy):
         """(Ulysses degree U, inner ring window); the ring degree is world / U."""
         raise NotImplementedError
 
+    def refuses(self, heads_q: int, heads_kv: int) -> str | None:
+        u, window = self.degrees(heads_q, heads_kv)
+        if u < 1 or self.world % u:
+            return f"Ulysses degree {u} does not divide the {self.world} ranks"
+        if window < 1 or (self.world // u) % window:
+            return f"ring window {window} does not divide the ring of {self.world // u} ranks (Ulysses degree {u})"
+        try:
+            a2a.kv_replication(heads_q, heads_kv, u)
+        except Unsupported as exc:
+            return str(exc)
+        return None
+
     def plan(self, mask: AttnMask, heads_q, heads_kv, head_dim, device, dtype) -> None:
         import torch.distributed as dist
 
+        if (why := self.refuses(heads_q, heads_kv)):
+            raise Unsupported(why)
         u, window = self.degrees(heads_q, heads_kv)
-        if self.world % u or (self.world // u) % window:
-            raise Unsupported(f"Ulysses degree {u} × ring window {window} does not tile {self.world} ranks")
         self.rep = a2a.kv_replication(heads_q, heads_kv, u)
         ring_size = self.world // u
         # Without a ring every rank attends the whole sequence (for its heads), so no layout

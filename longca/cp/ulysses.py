@@ -76,6 +76,16 @@ class Ulysses(SequenceParallel):
     def degrees(self, heads_q, heads_kv):
         return self.world, 1
 
+    def refuses(self, heads_q: int, heads_kv: int) -> str | None:
+        if (why := super().refuses(heads_q, heads_kv)):
+            return why
+        u = self.world
+        try:
+            head_chunks(self.opts["head_chunks"], heads_q // u, heads_kv * a2a.kv_replication(heads_q, heads_kv, u) // u, u)
+        except Unsupported as exc:
+            return str(exc)
+        return None
+
     def plan(self, mask, heads_q, heads_kv, head_dim, device, dtype) -> None:
         super().plan(mask, heads_q, heads_kv, head_dim, device, dtype)
         kv_local = heads_kv * self.rep // self.u

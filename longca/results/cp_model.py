@@ -41,6 +41,7 @@ from ..attention import masks
 from ..attention.flops import DIRECTION_FACTOR, attention_flops
 from ..attention.masks import AttnMask, AttnSlice, SliceKind
 from ..cells import cp_seqlen
+from .. import cp
 from ..cp import layout as layouts
 from ..cp.allgather import _complement
 from ..cp.blocks import restrict
@@ -198,8 +199,9 @@ def tile_seconds(kernels: pd.DataFrame, direction: str, heads_q: int, head_dim: 
     ok = kernels[(kernels["status"] == "ok") & (kernels["kernel"] == kernel) & (kernels["mask"] == "full")
                  & (kernels["direction"] == direction)]
     if ok.empty:
-        raise ValueError(f"the kernel table has no ok {kernel} row on the full mask {direction} "
-                         "(what one tile of the local kernel costs)")
+        raise ValueError(f"the kernel table has no ok {kernel} row on the full mask {direction}: what one tile "
+                         f"of the CP rows' local kernel costs (a run with {kernel} among its kernels and full "
+                         "among its masks measures it)")
     near = ok.iloc[(ok["seqlen"] - reference).abs().argsort()[:1]]["seqlen"].iloc[0]
     rate = ok[ok["seqlen"] == near]["tflops"].median()
     return DIRECTION_FACTOR[direction] * 4.0 * TILE * TILE * heads_q * head_dim / (rate * 1e12)
@@ -287,6 +289,11 @@ class Model:
         return by_length[min(by_length, key=lambda t: abs(math.log2(t / cell.tokens_per_rank)))]
 
     def step(self, cell: Cell) -> dict:
+        # What the strategy itself refuses (heads its degree does not divide, degrees that do not tile
+        # the GPUs) gets no figure: it cannot run.
+        refused = cp.get(cell.strategy).sized(cell.cp_size).refuses(cell.heads_q, cell.heads_kv)
+        if refused:
+            return {"tflops_per_gpu": None, "why": refused, "refused": True}
         why = NOT_MODELLED.get(cell.strategy)
         sent = None if why else sent_bytes(cell.strategy, cell.direction, cell.cp_size, cell.tokens_per_rank,
                                            cell.heads_q, cell.heads_kv, cell.head_dim, cell.itemsize)
@@ -327,6 +334,12 @@ def fit_efficiency(cp: pd.DataFrame, tile_s: dict[str, float], call_s: float = 0
     return out
 
 
+def local_kernel(cp: pd.DataFrame) -> str:
+    """The local kernel most of the table's ok CP rows ran (its full-mask rate prices a tile)."""
+    ok = cp[cp["status"] == "ok"]
+    return str(ok["local_kernel"].mode().iloc[0]) if len(ok) and "local_kernel" in ok else "ffa"
+
+
 def fit(cp: pd.DataFrame, kernels: pd.DataFrame, fit_rows: pd.Series, gpus_per_node: int = 8,
         network_gbs: float = 50.0, kernel: str = "ffa") -> Model:
     """The model fitted on ``cp[fit_rows]``: the per-call cost and the NVLink bandwidth on its
@@ -334,7 +347,7 @@ def fit(cp: pd.DataFrame, kernels: pd.DataFrame, fit_rows: pd.Series, gpus_per_n
     cp_size-1 rows of the whole table (they move no byte)."""
     first = cp.iloc[0]
     tile_s = {d: tile_seconds(kernels, d, int(first["heads_q"]), int(first["head_dim"]), kernel)
-              for d in ("fwd", "bwd")}
+              for d in sorted(set(cp["direction"]))}
     train = cp[fit_rows & (cp["status"] == "ok") & (cp["cp_size"] > 1)]
     cells = [Cell.from_row(r) for r in train.itertuples()]
     measured = train["tflops_per_gpu"].to_numpy()
@@ -398,7 +411,9 @@ def predictions(cp: pd.DataFrame, kernels: pd.DataFrame, strategies: list[str], 
     if rows.empty:
         raise ValueError(f"mask {mask!r} has no row in the measured CP table (it has: "
                          f"{', '.join(sorted(cp['mask'].unique()))})")
-    model = fit(cp, kernels, cp["cp_size"] > 1, gpus_per_node, network_gbs)
+    if direction not in set(rows["direction"]):
+        raise ValueError(f"mask {mask!r} has no {direction} row in the measured CP table")
+    model = fit(cp, kernels, cp["cp_size"] > 1, gpus_per_node, network_gbs, kernel=local_kernel(cp))
     if nvlink_gbs is not None:
         model = Model(model.tile_s, model.efficiency, Links(nvlink_gbs, gpus_per_node, network_gbs), model.call_s,
                       model.row_s)
@@ -428,7 +443,7 @@ def report_prediction(cp: pd.DataFrame, kernels: pd.DataFrame, mask: str, sizes=
         have = ", ".join(map(str, measured_sizes)) or "none"
         return {"why": "no prediction: the model is fitted on the run's own ok CP rows at cp_size 1 (the local "
                        f"attention alone) and above 1; this run has cp_size {have}"}
-    kernel = ok["local_kernel"].mode().iloc[0]
+    kernel = local_kernel(ok)
     try:
         model = fit(cp, kernels, cp["cp_size"] > 1, kernel=kernel)
     except ValueError as exc:

@@ -53,7 +53,9 @@ def implausible(config: dict, cores: int, memory_bytes: int | None = None) -> li
     * a ``gate_seqlen`` above every length, when the lengths are long (``LONG_GATE`` and up), checks
       each cell at its own length: a float64 reference of the whole problem, not a short copy;
     * CPU cells whose inputs alone pass this machine's memory (``memory_bytes``) cannot fit: each
-      becomes an ``oom`` or ``error`` row after it tried."""
+      becomes an ``oom`` or ``error`` row after it tried;
+    * a CP strategy that refuses a cp_size with the config's heads and options (``Strategy.refuses``:
+      a degree that does not divide the ranks or the heads) makes unsupported rows there."""
     out = []
     if config["device"] == "cpu" and config["cp_strategies"]:
         crowded = sorted(n for n in config["cp_sizes"] if n > max(cores, 1))
@@ -64,6 +66,16 @@ def implausible(config: dict, cores: int, memory_bytes: int | None = None) -> li
         out.append(f"config.gate_seqlen {config['gate_seqlen']} is above every seqlen (largest "
                    f"{max(config['seqlens'])}): each cell is checked at its own length, against a float64 "
                    f"reference of the whole problem")
+    if config["cp_strategies"]:
+        from . import cp
+
+        for name in config["cp_strategies"]:
+            options = config.get("cp_options", {}).get(name, {})
+            refused = {size: why for size in config["cp_sizes"]
+                       if (why := cp.get(name).sized(size, options).refuses(config["heads_q"], config["heads_kv"]))}
+            for size, why in refused.items():
+                out.append(f"config.cp_strategies {name!r} at cp_size {size}: {why}; its cells there will be "
+                           "unsupported rows")
     if config["device"] == "cpu" and memory_bytes:
         backward = "bwd" in config["directions"]
         too_long = sorted(n for n in config["seqlens"]

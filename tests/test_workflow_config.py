@@ -235,6 +235,10 @@ def test_what_the_machine_can_hardly_run_is_said_before_the_run():
     (said,) = implausible(cfg, cores=2, memory_bytes=8 * 2**30)
     assert said.startswith("config.seqlens [10000000]: at 10000000 a cell's inputs and outputs alone need") \
         and "more than this machine's 8.0 GiB" in said
+    # A degree the strategy refuses at a size, with the config's heads and options.
+    cfg = validate({**BASE, "cp_strategies": ["usp", "ring"], "cp_sizes": [2], "cp_options": {"usp": {"ulysses_degree": 3}}})
+    assert implausible(cfg, cores=2) == ["config.cp_strategies 'usp' at cp_size 2: Ulysses degree 3 does not divide "
+                                         "the 2 ranks; its cells there will be unsupported rows"]
     # Short lengths under the default gate length, and CP sizes the cores can hold: nothing to say.
     assert implausible(validate({**BASE, "cp_strategies": ["ring"], "cp_sizes": [2]}), cores=2,
                        memory_bytes=8 * 2**30) == []

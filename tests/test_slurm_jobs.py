@@ -152,3 +152,18 @@ def test_a_job_no_node_of_the_partition_can_hold_is_named_with_the_keys_to_chang
     assert "slurm_cpus_per_cell=4" in small and "slurm_mem_mb_per_cell=16000" in small
     # One node that holds the job is enough, whatever the others are.
     assert slurm_jobs.partition_misfit(cfg, [8], [(2, 2000), (32, 128000)], None) is None
+
+
+def test_a_lost_cells_row_names_its_job_id(tmp_path):
+    """The executor names a job's log <job id>.log: the failure row carries the id, as a finished
+    cell's row does (SLURM_JOB_ID)."""
+    logdir = tmp_path / "slurm_logs"
+    log = tmp_path / "snakemake.log"
+    log.write_text(MAIN_LOG.format(logdir=logdir))
+    known = lost_cells.slurm_logs_by_cell([log], logdir)
+    reason, job = lost_cells.loss("results/cells/cp/ring/causal/float32_fwd_128x2.json", known, logdir)
+    assert job == "7" and f"SLURM log: {logdir}/rule_cp_cell/ring_causal/7.log" in reason
+    assert lost_cells.loss("results/cells/kernels/sdpa_math/causal/float32_fwd_128.json", known, logdir)[1] == "9"
+    assert lost_cells.loss("results/cells/kernels/none/full/x.json", {}, logdir) == (
+        f"the cell's job failed or was cancelled before the cell wrote its row (no SLURM log under {logdir} "
+        "mentions it)", None)

@@ -89,10 +89,13 @@ def _job_log(cell_path: str, logdir: Path) -> str | None:
     return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
 
 
-def _reason(cell_path: str, known: dict[str, str], logdir: Path) -> str:
+def loss(cell_path: str, known: dict[str, str], logdir: Path) -> tuple[str, str | None]:
+    """Why the cell has no row, and its job's SLURM id: the executor names each job's log
+    ``<job id>.log``."""
     log = known.get(cell_path) or _job_log(cell_path, logdir)
     where = f"SLURM log: {log}" if log else f"no SLURM log under {logdir} mentions it"
-    return f"the cell's job failed or was cancelled before the cell wrote its row ({where})"
+    job = Path(log).stem if log and Path(log).stem.isdigit() else None
+    return f"the cell's job failed or was cancelled before the cell wrote its row ({where})", job
 
 
 def record(cfg: dict, kernel_cells: Iterable, cp_cells: Iterable, main_log=None,
@@ -115,8 +118,9 @@ def record(cfg: dict, kernel_cells: Iterable, cp_cells: Iterable, main_log=None,
         if kept := _kept(cell.path, settings):
             kernel_rows.append(kept)
             continue
-        row = kernel_failure_row(settings, "error", _reason(cell.path, known, slurm_logdir), 0.0)
-        row["cell_id"] = cell.name
+        reason, job = loss(cell.path, known, slurm_logdir)
+        row = kernel_failure_row(settings, "error", reason, 0.0)
+        row.update(cell_id=cell.name, slurm_job_id=job)
         lost.append((cell.path, row))
     for cell in cp_cells:
         if os.path.exists(cell.path):
@@ -127,8 +131,10 @@ def record(cfg: dict, kernel_cells: Iterable, cp_cells: Iterable, main_log=None,
         if kept := _kept(cell.path, settings):
             cp_rows.append(kept)
             continue
-        lost.append((cell.path, cp_failure_row(settings, "error", _reason(cell.path, known, slurm_logdir),
-                                               cell_id=cell.name, fingerprint=None, wall_s=0.0)))
+        reason, job = loss(cell.path, known, slurm_logdir)
+        row = cp_failure_row(settings, "error", reason, cell_id=cell.name, fingerprint=None, wall_s=0.0)
+        row["slurm_job_id"] = job
+        lost.append((cell.path, row))
     out = []
     for path, row in lost:
         target = LOST_DIR / Path(path).relative_to(run_dir.CELLS)

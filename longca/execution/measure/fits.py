@@ -34,7 +34,8 @@ def need_bytes(kernel: Kernel, problem: Problem) -> dict[str, int]:
         # it warns with before a run.
         "inputs, outputs" + (" and gradients" if backward else ""): config.input_bytes(shape, problem.seqlen, dtype,
                                                                                      backward),
-        "upstream gradient": per_q,  # made with the inputs for either direction (timed.timed_call)
+        # Made with the inputs for a forward too (timed.timed_call); a backward's is among its gradients.
+        "upstream gradient": 0 if backward else per_q,
         "softmax statistics": problem.batch * problem.heads_q * problem.seqlen * 4,  # float32 LSE
         "prepared mask": kernel.prepared_bytes(problem),
     }

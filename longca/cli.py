@@ -329,6 +329,94 @@ class FlagHelp(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+# The published tables `longca plan` reads by GPU model (docs/results/), when --cp/--kernels are not given.
+PUBLISHED_TABLES = {
+    "H100": ("cp_4xh100_graphs_2026-11-27/cp.parquet", "h100_2026-11-23/kernels.parquet"),
+    "H200": ("cp_2xh200_2026-11-27/cp.parquet", "h200_2026-11-23/kernels.parquet"),
+}
+PUBLISHED_DIR = CHECKOUT_SNAKEFILE.parent / "docs" / "results"
+
+
+def _gib(value) -> str:
+    return "-" if value is None else f"{value / 2**30:.1f}"
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from .results import gpus, plan
+
+    gpu = args.gpu.upper()
+    memory = args.gpu_memory_gib * 2**30 if args.gpu_memory_gib else gpus.memory_bytes(gpu)
+    if memory is None:
+        print(f"longca plan: unknown GPU {args.gpu!r} (known: {', '.join(gpus.MEMORY_MIB)}); give --gpu-memory-gib",
+              file=sys.stderr)
+        return 2
+    published = PUBLISHED_TABLES.get(gpu)
+    cp_path = args.cp or (str(PUBLISHED_DIR / published[0]) if published else None)
+    kernels_path = args.kernels or (str(PUBLISHED_DIR / published[1]) if published else None)
+    if not cp_path or not kernels_path:
+        print(f"longca plan: no published tables for {args.gpu}: give --cp and --kernels (a run's results/*.parquet)",
+              file=sys.stderr)
+        return 2
+    try:
+        tables = plan.Tables(_table(cp_path, "cp", ("strategy", "cp_size", "tokens_per_rank", "status")),
+                             _table(kernels_path, "kernels", ("kernel", "seqlen", "status")), cp_path, kernels_path)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"longca plan: {exc}", file=sys.stderr)
+        return 2
+    shape = plan.Shape(args.heads_q, args.heads_kv, args.head_dim, args.dtype)
+    if args.fewest:
+        rows = [plan.fewest(tables, s, args.mask, args.tokens, shape, memory, args.fewest_up_to) for s in args.strategies]
+    else:
+        rows = [plan.row(tables, s, args.mask, args.tokens, p, shape, memory) for p in args.gpus for s in args.strategies]
+    cp = tables.cp[tables.cp["status"] == "ok"]
+    lengths = sorted(int(t) for t in cp["tokens_per_rank"].unique())
+    sizes = sorted(int(p) for p in cp["cp_size"].unique())
+    _, workspace_from = tables.workspace(args.mask, "bwd", rows[0]["tokens_per_gpu"], shape)
+    lines = [f"# longca plan: {args.tokens} tokens, {args.mask}, {args.heads_q}:{args.heads_kv} heads, d{args.head_dim} "
+             f"{args.dtype}, on {args.gpu} ({memory / 2**30:.1f} GiB a GPU); tables {cp_path} (local kernel "
+             f"{tables.local_kernel}) and {kernels_path}",
+             f"# measured: {tables.local_kernel}'s full-mask rate (kernel table); each strategy's cp_size-1 efficiency at "
+             f"{', '.join(map(str, lengths))} tokens per GPU; links and per-call costs fitted at cp_size "
+             f"{', '.join(map(str, sizes))}; the kernels' peak memory by length",
+             f"# extrapolated: tokens per GPU above {lengths[-1]} (the efficiency of the nearest length), GPU counts "
+             f"above {sizes[-1]}, the workspace ({workspace_from}); the strategies' buffers are counted from what "
+             "they send, not measured"]
+    for axis in plan.HELD_OUT_AXES:
+        h = plan.held_out_time(tables, axis)
+        lines.append(f"# held out, time, by {plan.HELD_OUT_AXES[axis]}: " + (h["why"] if h["why"] else
+                     f"fitted without {h['held']}, checked there: median {_pct(h['median'])}, max {_pct(h['max'])} "
+                     f"over {h['rows']} rows (per-GPU TFLOPs/s)"))
+    m = plan.held_out_memory(tables)
+    lines.append(f"# held out, memory model: each kernel x mask x direction without its longest length: median "
+                 f"{_pct(m['median'])}, max {_pct(m['max'])} over {m['groups']} groups")
+    c = plan.memory_check(tables)
+    lines.append("# memory against the CP table's per-rank peaks: " + (c["why"] if c["why"] else
+                 f"median {_pct(c['median'])}, max {_pct(c['max'])} off over {c['rows']} rows "
+                 f"({c['under']} below the measured)"))
+    lines.append("# memory is the backward's (it holds the most), GiB per GPU; fits: within the GPU's memory "
+                 "('?': a part not modelled); ms: one step's attention, forward and backward")
+    header = (f"{'strategy':12s} {'GPUs':>5s} {'tokens/GPU':>10s} {'inputs':>7s} {'outputs':>7s} {'grads':>7s} "
+              f"{'workspace':>9s} {'buffers':>7s} {'total':>7s} {'fits':>4s} {'fwd ms':>9s} {'bwd ms':>9s}")
+    lines.append(header)
+    for r in rows:
+        fits = "-" if r["refused"] else {True: "yes", False: "no", None: "?"}[r["fits"]]
+        times = [f"{r[d + '_ms']:9.1f}" if r[d + "_ms"] is not None else f"{'-':>9s}" for d in ("fwd", "bwd")]
+        why = r["refused"] or r["fwd_why"] or r["bwd_why"]
+        lines.append(f"{r['strategy']:12s} {r['gpus']:5d} {r['tokens_per_gpu']:10d} {_gib(r['inputs']):>7s} "
+                     f"{_gib(r['outputs']):>7s} {_gib(r['gradients']):>7s} {_gib(r['workspace']):>9s} "
+                     f"{_gib(r['buffers']):>7s} {_gib(r['total']):>7s} {fits:>4s} {times[0]} {times[1]}"
+                     + (f"  ({why})" if why else ""))
+    try:
+        print("\n".join(lines), flush=True)
+    except BrokenPipeError:  # `longca plan ... | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -462,6 +550,27 @@ def build_parser() -> argparse.ArgumentParser:
                     help="network GB/s per GPU across nodes (default 50: 8 × 400 Gb/s per 8-GPU node)")
     pr.add_argument("--nvlink-gbs", type=float, default=None, help="default: fitted on the measured table")
     pr.set_defaults(func=_predict)
+
+    pl = command("plan", help="how many GPUs a length needs and how fast: per CP strategy, the attention memory "
+                              "a GPU holds, whether it fits and the step's time, from measured tables (models)")
+    pl.add_argument("--tokens", type=int, default=2**20, help="total sequence length (tokens)")
+    pl.add_argument("--mask", default="causal", help="a mask of the measured tables")
+    pl.add_argument("--heads-q", type=int, default=64, help="query heads")
+    pl.add_argument("--heads-kv", type=int, default=8, help="key/value heads")
+    pl.add_argument("--head-dim", type=int, default=128, help="head dimension")
+    pl.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"), help="q, k, v dtype")
+    pl.add_argument("--gpu", default="H200", help="GPU model (H100, H200, B200): its memory and published tables")
+    pl.add_argument("--gpu-memory-gib", type=float, default=None, help="memory a GPU has, GiB (default: the model's)")
+    pl.add_argument("--gpus", type=int, nargs="+", default=[8], help="GPU counts to plan for")
+    pl.add_argument("--fewest", action="store_true",
+                    help="per strategy, the fewest GPUs (a power of two) at which it fits, instead of --gpus")
+    pl.add_argument("--fewest-up-to", type=int, default=1024, help="the most GPUs --fewest tries")
+    pl.add_argument("--strategies", nargs="+", default=["ring", "allgather", "ulysses", "usp", "double_ring", "magi"],
+                    help="CP strategies to plan")
+    pl.add_argument("--cp", default=None, help="a measured cp.parquet (default: the GPU model's published one)")
+    pl.add_argument("--kernels", default=None,
+                    help="the kernels.parquet of the same GPU model (default: the GPU model's published one)")
+    pl.set_defaults(func=_plan)
 
     agg = command("aggregate", help="cell JSON rows -> Parquet table")
     agg.add_argument("--out", required=True, help="the Parquet file to write")

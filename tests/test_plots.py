@@ -167,7 +167,7 @@ def test_saved_figures_decode_with_a_real_size(kernels, tmp_path):
     data = plots.FigureData(kernels, rd.cp_df(), ceilings=rd.CEILINGS, masks=["causal"])
     drawn = plots.draw_all(data, tmp_path, cp_masks=["causal"])
     assert {name: sorted(paths) for name, paths in drawn.items()} == {
-        "matrix": [None], "throughput": ["causal"], "memory": ["causal"], "cp_scaling": ["causal"],
+        "matrix": [None], "throughput": ["causal"], "memory": ["causal"], "memory_model": ["causal"], "cp_scaling": ["causal"],
         "cp_efficiency": ["causal"], "cp_predicted": ["causal"]}
     for name in ("kernels_causal", "memory_causal", "cp_scaling_causal", "cp_efficiency_causal", "kernel_mask_matrix"):
         image = mpimg.imread(tmp_path / f"{name}.png")

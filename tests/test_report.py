@@ -203,7 +203,7 @@ def test_config_environment_and_error_text_are_escaped(html, page):
 
 def test_the_page_is_self_contained(page, html):
     images = [a for tag, a in page.elements if tag == "img"]
-    assert len(images) == 1 + 2 * 2 + 3  # matrix, 2 masks × (throughput, memory), CP scaling, efficiency, model
+    assert len(images) == 1 + 2 * 3 + 3  # matrix, 2 masks × (throughput, memory, memory model), CP scaling, efficiency, model
     for img in images:
         assert img["src"].startswith("data:image/png;base64,")
         data = base64.b64decode(img["src"].split(",", 1)[1])
@@ -222,7 +222,8 @@ def test_the_page_is_self_contained(page, html):
 def test_every_figure_has_a_caption_saying_what_and_how(page, html):
     figures = re.findall(r"<figure id=\"([^\"]+)\">.*?<figcaption>(.*?)</figcaption>", html, re.S)
     assert {f for f, _ in figures} == {"fig-matrix", "fig-throughput-causal", "fig-throughput-sliding",
-                                       "fig-memory-causal", "fig-memory-sliding", "fig-cp-scaling-causal",
+                                       "fig-memory-causal", "fig-memory-sliding", "fig-memory-model-causal",
+                                       "fig-memory-model-sliding", "fig-cp-scaling-causal",
                                        "fig-cp-efficiency-causal", "fig-cp-predicted-causal"}
     captions = dict(figures)
     thr = captions["fig-throughput-causal"]

@@ -126,28 +126,47 @@ def _ordered(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             torch.argsort(tiles, dim=-1, descending=True, stable=True).to(torch.int32))
 
 
-# Elements of the (rows x keys) band evaluated at once in tile_sums (at least one query block):
-# 1 Mi booleans a temporary.  A cell's memory figure covers its set-up, so a band must stay below what
-# the timed call adds; a 16 Mi band showed in FlexAttention's 4K forward figure (docs/data).
+# Tiles of the (query block x key block) grid summed at once in tile_sums: 1 Mi int64 a temporary.
+# A cell's memory figure covers its set-up, so a band must stay below what the timed call adds.
 TILE_BAND_ELEMENTS = 1 << 20
 
 
 def tile_sums(mask: AttnMask, block_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Int64 ``[ceil(sq / block), ceil(sk / block)]``: attended pairs per ``block × block`` tile,
-    pairs past the mask's edge counting as not attended (as ``create_block_mask`` pads).  Evaluates
-    ``mask_mod``'s own row-interval table on ``device``, a band of query blocks at a time."""
+    """Int32 ``[ceil(sq / block), ceil(sk / block)]``: attended pairs per ``block × block`` tile,
+    pairs past the mask's edge counting as not attended (as ``create_block_mask`` pads).  Exact from
+    ``mask_mod``'s own row-interval table, never from the (q, k) pairs: a row's interval ``[lo, hi)``
+    adds its two partial end tiles directly and ``block`` to every tile between them through a
+    difference along the key blocks, so the work is the rows plus the tiles (at 1M tokens and block
+    128: 64 Mi tiles, where evaluating every pair is 2^40 comparisons).  A
+    band of query blocks at a time (``TILE_BAND_ELEMENTS``), on ``device``."""
     lo, hi = row_intervals(mask, pad_to=block_size)
     nqb, nkb = lo.shape[1] // block_size, -(-mask.seqlen_k // block_size)
-    keys = torch.arange(nkb * block_size, device=device)
     lo_t, hi_t = (torch.as_tensor(x, device=device) for x in (lo, hi))
-    band = max(1, TILE_BAND_ELEMENTS // (block_size * keys.numel()))  # query blocks per band
-    out = torch.empty(nqb, nkb, dtype=torch.int64, device=device)
+    band = max(1, TILE_BAND_ELEMENTS // (nkb + 1))  # query blocks per band
+    out = torch.empty(nqb, nkb, dtype=torch.int32, device=device)
     for qb in range(0, nqb, band):
-        rows = slice(qb * block_size, min(qb + band, nqb) * block_size)
-        attended = torch.zeros(rows.stop - rows.start, keys.numel(), dtype=torch.bool, device=device)
+        stop = min(qb + band, nqb)
+        rows = slice(qb * block_size, stop * block_size)
+        direct = torch.zeros((stop - qb) * (nkb + 1), dtype=torch.int64, device=device)
+        between = torch.zeros_like(direct)
+        row_block = torch.arange(rows.stop - rows.start, device=device) // block_size * (nkb + 1)
         for c in range(lo_t.shape[0]):
-            attended |= (lo_t[c, rows, None] <= keys) & (keys < hi_t[c, rows, None])
-        out[qb:qb + band] = attended.view(-1, block_size, nkb, block_size).sum(dim=(1, 3))
+            a, b = lo_t[c, rows], hi_t[c, rows]
+            some = a < b
+            first, last = a // block_size, (b - 1).clamp_min(0) // block_size
+            one = some & (first == last)
+            two = some & (first < last)
+            # One tile: the whole interval.  Two or more: the first tile's tail, the last tile's head,
+            # and a whole block's width in every tile between (difference: +block at first + 1,
+            # -block at last).
+            direct.index_add_(0, (row_block + first)[one], (b - a)[one])
+            direct.index_add_(0, (row_block + first)[two], ((first + 1) * block_size - a)[two])
+            direct.index_add_(0, (row_block + last)[two], (b - last * block_size)[two])
+            width = torch.full_like(a, block_size)
+            between.index_add_(0, (row_block + first + 1)[two], width[two])
+            between.index_add_(0, (row_block + last)[two], -width[two])
+        summed = direct.view(stop - qb, nkb + 1) + between.view(stop - qb, nkb + 1).cumsum(dim=1)
+        out[qb:stop] = summed[:, :nkb].to(torch.int32)
     return out
 
 

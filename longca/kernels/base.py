@@ -78,6 +78,12 @@ class Kernel:
         Raises ``Unsupported`` when the library refuses the problem once asked."""
         return {}
 
+    def prepared_bytes(self, problem: Problem) -> int:
+        """Device bytes ``prepare`` will hold for ``problem``, known before building it: what the
+        cell's fit check (``longca.execution.measure.fits``) adds to the inputs' bytes.  Only what
+        grows faster than the inputs needs saying (a dense mask); 0 by default."""
+        return 0
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 prepared: dict[str, Any]) -> torch.Tensor:
         raise NotImplementedError

@@ -40,6 +40,12 @@ def _native_mode(problem: Problem) -> str | None:
 DENSE_ROWS = 1024
 
 
+# The longest length a dense mask is built for: 16 GiB of booleans at 128K (the paper grid's
+# longest, measured), 64 GiB at 256K and 1 TiB at 1M, memory and time quadratic in the length that
+# no linear kernel's cell should pay for.
+DENSE_MASK_MAX_TOKENS = 131072
+
+
 def dense_mask(mask: AttnMask, device: torch.device) -> torch.Tensor:
     """``mask.to_dense()`` built on ``device``, band by band from each slice's key interval per row
     (``AttnSlice.key_bounds``).  Built on the host and copied, a 32K mask cost about as much wall as
@@ -80,10 +86,18 @@ class SDPA(Kernel):
     def supports_mask(self, problem: Problem) -> str | None:
         if _native_mode(problem) is None and not self.dense_mask:
             return f"{self.name} takes no attn_mask tensor and mask {problem.mask_name!r} is not full/causal"
+        if _native_mode(problem) is None and problem.seqlen > DENSE_MASK_MAX_TOKENS:
+            return (f"{self.name} takes mask {problem.mask_name!r} only as a dense seqlen x seqlen mask "
+                    f"({self.prepared_bytes(problem) / 2**30:.0f} GiB at {problem.seqlen} tokens); LongCA builds "
+                    f"none past {DENSE_MASK_MAX_TOKENS} tokens")
         return None
 
     def lse_ops(self, device: torch.device):
         return _LSE_OPS.get((self.backend, torch.device(device).type))
+
+    def prepared_bytes(self, problem: Problem) -> int:
+        # The dense boolean mask: seqlen_q x seqlen_k bytes (1 TiB at 1M tokens).
+        return 0 if _native_mode(problem) else problem.mask.seqlen_q * problem.mask.seqlen_k
 
     def prepare(self, problem: Problem) -> dict[str, Any]:
         mode = _native_mode(problem)

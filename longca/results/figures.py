@@ -41,6 +41,11 @@ FIGURES: dict[str, FigureSpec] = {f.name: f for f in (
                "{mask}: peak memory by sequence length",
                "peak memory by sequence length for mask {mask}, one line per kernel",
                "Kernels", "Peak memory", "peak memory by seqlen"),
+    FigureSpec("memory_model", "fits_{mask}", "mask", ("kernels",), "memory_model_drawing",
+               "{mask}: the longest length that fits (memory model)",
+               "measured peak memory by sequence length for mask {mask} with the fitted memory model out to "
+               "the GPU's memory, one line per kernel",
+               "Kernels", "Memory model", "memory model and the longest length that fits"),
     FigureSpec("cp_scaling", "cp_scaling_{mask}", "cp_mask", ("kernels", "cp", "ceilings"), "cp_scaling_drawing",
                "{mask}: CP per-GPU TFLOPs/s",
                "per-GPU TFLOPs/s against cp_size for mask {mask}, one line per strategy",

@@ -190,6 +190,55 @@ def kernel_throughput_figure(df: pd.DataFrame, mask: str, ceilings: dict | None 
     return fig
 
 
+def memory_model_figure(df: pd.DataFrame, mask: str, colors: dict | None = None) -> Figure:
+    """Per kernel on one mask: the measured peaks (points), the memory model fitted on them
+    (``memory_model``; a line out to the longest length it predicts fits), the GPU's memory (dashed)
+    and that length (a tick on it); a panel per direction (and dtype), log-log."""
+    from . import gpus, memory_model
+
+    sub = df[df["mask"] == mask]
+    fitted = memory_model.models(sub)
+    if not fitted:
+        return _empty_figure("no memory model: it is fitted on GPU rows' peak memory at two or more lengths",
+                             title=f"{mask} — memory model")
+    colors = colors or series_colors(df["kernel"])
+    directions, dtypes = tables.directions(sub), tables.dtypes(sub)
+    ncols, nrows = len(directions), len(dtypes)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.5 * ncols, 3.6 * nrows + 1), squeeze=False)
+    shown: set[str] = set()
+    for r, dtype in enumerate(dtypes):
+        for c, direction in enumerate(directions):
+            ax = axes[r][c]
+            top = 0.0
+            for (kernel, m, dirn, dt, device), model in sorted(fitted.items()):
+                if (dirn, dt) != (direction, dtype):
+                    continue
+                memory = gpus.memory_bytes(device)
+                longest = model.longest(memory) if memory else None
+                end = max(longest or 0, max(model.lengths))
+                xs = np.geomspace(min(model.lengths), end, 60)
+                ax.plot(xs, [model.bytes(x) / 2**30 for x in xs], color=colors[kernel], lw=1.2, zorder=2)
+                rows = sub[(sub["kernel"] == kernel) & (sub["direction"] == direction) & (sub["dtype"] == dtype)
+                           & (sub["status"] == "ok") & sub["peak_mem_bytes"].notna()]
+                ax.plot(rows["seqlen"], rows["peak_mem_bytes"] / 2**30, "o", color=colors[kernel], ms=4, zorder=3)
+                if memory:
+                    ax.axhline(memory / 2**30, color="0.4", ls="--", lw=0.8, zorder=1)
+                    top = max(top, memory / 2**30)
+                    if longest:
+                        ax.plot([longest], [model.bytes(longest) / 2**30], "|", color=colors[kernel], ms=12, mew=2)
+                shown.add(kernel)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            if top:
+                ax.set_ylim(top=top * 1.5)
+            ax.set_xlabel("sequence length (tokens)")
+            ax.set_ylabel("one call's peak memory (GiB)")
+            ax.set_title(_panel_title(mask, direction, dtype, nrows > 1), fontsize=10)
+            ax.grid(alpha=0.3, which="both")
+    _finish(fig, [Line2D([], [], color=colors[k], marker="o", label=k) for k in sorted(shown)])
+    return fig
+
+
 def kernel_memory_figure(df: pd.DataFrame, mask: str, colors: dict | None = None) -> Figure:
     """Peak device memory by seqlen per kernel for one mask; a panel per direction (and dtype).
 
@@ -551,6 +600,10 @@ def throughput_figure(d: FigureData, mask: str) -> Figure:
 
 def memory_figure(d: FigureData, mask: str) -> Figure:
     return kernel_memory_figure(d.kernels, mask, colors=d.kernel_colors)
+
+
+def memory_model_drawing(d: FigureData, mask: str) -> Figure:
+    return memory_model_figure(d.kernels, mask, colors=d.kernel_colors)
 
 
 def cp_scaling_drawing(d: FigureData, mask: str) -> Figure:

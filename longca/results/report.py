@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from . import figure_captions, sparse, tables
+from . import figure_captions, memory_model, sparse, tables
 from .figures import FIGURES as FIGURE_SPECS
 from .tables import DIRECTION_TITLES, STATUS_LABELS, STATUS_MARKERS, seqlen_label
 
@@ -521,15 +521,32 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
         "provenance": tables.provenance_notes(kernels, ceilings, cp, tie_margin),
         "not_measured": [c.name for c in not_measured or []],
         "not_measured_per_kernel": tables.per_kernel(not_measured or []),
-        "fits": [{**e, "longest_ok": seqlen_label(e["longest_ok"]) if e["longest_ok"] else "none",
-                  "need": fmt_mib(e["peak_mem_bytes"]) if e["peak_mem_bytes"] is not None else "not measured",
-                  "first_oom": seqlen_label(e["first_oom"]) if e["first_oom"] else
-                  f"none up to {seqlen_label(e['largest_measured'])}"}
-                 for e in tables.longest_fits(kernels, masks)],
+        "fits": _fits(kernels, masks),
         "ceilings": ceilings, "ceiling_rows": ceiling_rows,
         "environment": environment,
         "config_text": _config_text(config),
     }
+
+
+def _fits(kernels: pd.DataFrame, masks: list[str] | None) -> list[dict]:
+    """The "Does it fit?" table: each group's measured limits (``tables.longest_fits``) beside the
+    memory model's predicted longest length and its held-out error (``memory_model.limits``)."""
+    by = ("kernel", "mask", "direction", "dtype")
+    predicted = {tuple(r[k] for k in by): r for r in memory_model.limits(kernels, masks).to_dict("records")}
+    out = []
+    for e in tables.longest_fits(kernels, masks):
+        p = predicted.get(tuple(e[k] for k in by), {})
+        held = p.get("held_out_error")
+        out.append({**e, "longest_ok": seqlen_label(e["longest_ok"]) if e["longest_ok"] else "none",
+                    "need": fmt_mib(e["peak_mem_bytes"]) if e["peak_mem_bytes"] is not None else "not measured",
+                    "first_oom": seqlen_label(e["first_oom"]) if e["first_oom"] else
+                    f"none up to {seqlen_label(e['largest_measured'])}",
+                    # Whole K tokens, rounded down: the model says "up to", not a grid length.
+                    "predicted": (seqlen_label(p["predicted_longest"] // 1024 * 1024)
+                                  if p.get("predicted_longest") and pd.notna(p["predicted_longest"]) else "—"),
+                    "terms": p.get("terms", "—"),
+                    "held_out": f"{held:+.1%}" if held is not None and pd.notna(held) else "—"})
+    return out
 
 
 def environment(template_dir: Path = TEMPLATE_DIR) -> jinja2.Environment:

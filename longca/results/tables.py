@@ -724,19 +724,23 @@ def _cp_efficiency_notes(cp: pd.DataFrame | None, tie_margin: float) -> list[str
             "measurements, not as a win."]
 
 
-def longest_fits(kernels: pd.DataFrame, masks: list[str] | None = None) -> list[dict]:
-    """Per kernel × mask × direction (× dtype) on a GPU: the longest length measured ok, what one call
-    needed there (``peak_mem_bytes``, where the memory part measured it), and the shortest length
-    that ran out of memory, if any: "does my length fit on this GPU with this kernel?", as measured."""
+def longest_fits(kernels: pd.DataFrame, masks: list[str] | None = None,
+                 by: list[str] | tuple[str, ...] = ("kernel", "mask", "direction", "dtype")) -> list[dict]:
+    """Per kernel × mask × direction (× dtype; ``by``: those and more, e.g. ``device_name`` for a
+    table of several GPU models) on a GPU: the longest length measured ok, what one call needed
+    there (``peak_mem_bytes``, where the memory part measured it), and the shortest length that ran
+    out of memory, if any: "does my length fit on this GPU with this kernel?", as measured
+    (``memory_model`` predicts it from the peaks)."""
     gpu = kernels[kernels["device"] == "cuda"] if len(kernels) and "device" in kernels else kernels.iloc[0:0]
     out = []
-    for (kernel, mask, direction, dtype), group in gpu.groupby(["kernel", "mask", "direction", "dtype"]):
+    for key, group in gpu.groupby(list(by)):
         ok = group[group["status"] == "ok"]
         oom = group[group["status"] == "oom"]
         if not len(ok) and not len(oom):
             continue
-        longest = ok.loc[ok["seqlen"].idxmax()] if len(ok) else None
-        out.append({"kernel": kernel, "mask": mask, "direction": direction, "dtype": dtype,
+        # By position: tables of several runs concatenated repeat index labels.
+        longest = ok.iloc[int(ok["seqlen"].to_numpy().argmax())] if len(ok) else None
+        out.append({**dict(zip(by, key)),
                     "longest_ok": int(longest["seqlen"]) if longest is not None else None,
                     "peak_mem_bytes": (longest["peak_mem_bytes"] if longest is not None
                                        and pd.notna(longest["peak_mem_bytes"]) else None),

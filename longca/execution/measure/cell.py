@@ -29,7 +29,7 @@ from ...kernels.base import Kernel, Unsupported
 from ...timing_spec import CountedTiming, TimingSpec
 from ..cache import fingerprint, parts
 from ..cache.store import Store
-from . import env
+from . import env, fits
 from .gate import gate_problem, measure_gate
 from .call_memory import CallReading
 from .memory import measure_memory
@@ -185,6 +185,8 @@ def run_cell(spec: CellSpec, store: Store | None = None) -> dict[str, Any]:
                   or _gate_reason(kernel, problem, spec.gate_seqlen))
         if reason:
             failure = ("unsupported", reason)
+        elif too_big := fits.refusal(kernel, problem):  # before the gate: an oom in seconds, nothing allocated
+            failure = ("oom", too_big)
         else:
             gate = cell_parts.get("gate", lambda: measure_gate(kernel, problem, spec.gate_seqlen))
             row.update({k: v for k, v in gate.items() if k != "gate_ok"})

@@ -96,8 +96,11 @@ def cell_call(kernel: Kernel, problem: Problem, warmup: int, cuda_graph: bool = 
                 for _ in range(max(warmup, 1)):
                     run()
                 facts["host_ms"], facts["probe_pace_ms"] = _host_probe(run, problem.device, memory)
-                replay, facts["timed_via"] = graphed.capture(run, stream)
-                call = replay or run
+                if long := timing.long_call(facts["probe_pace_ms"]):
+                    facts["timed_via"] = long  # nothing to gain from a graph, a second pool to lose
+                else:
+                    replay, facts["timed_via"] = graphed.capture(run, stream)
+                    call = replay or run
             yield call, prepared, facts
     finally:
         if memory is not None:
@@ -117,7 +120,13 @@ def time_kernel(kernel: Kernel, problem: Problem, warmup: int, reps: int, warmup
         # than the probe or the next (graph upload, host-bound eager issue) makes its window
         # disagree, and the warm-up goes on.
         counted = 0 if "timed_via" in facts else warmup
-        result = timing.measure(call, device=problem.device, warmup=counted, reps=reps, warmup_ms=warmup_ms,
-                                warmup_max_ms=warmup_max_ms, rep_ms=rep_ms,
-                                previous_ms=facts.pop("probe_pace_ms", None))
+        probe_ms = facts.pop("probe_pace_ms", None)
+        if timing.long_call(probe_ms):
+            # The long-call rule (timing.LONG_CALL_MS): counted, no budgets; the warm-up calls made
+            # are the eager ones and the probe.
+            result = timing.measure(call, device=problem.device, warmup=0, reps=timing.LONG_CALL_REPS)
+            result = dataclasses.replace(result, warmup_calls=max(warmup, 1) + 1)
+        else:
+            result = timing.measure(call, device=problem.device, warmup=counted, reps=reps, warmup_ms=warmup_ms,
+                                    warmup_max_ms=warmup_max_ms, rep_ms=rep_ms, previous_ms=probe_ms)
     return dataclasses.replace(result, **facts), prepared

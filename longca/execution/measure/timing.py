@@ -51,6 +51,23 @@ MAX_REPS = 10_000
 IDLE_GAP_S = 3.0
 _last_busy: dict[str, float] = {}  # device -> when this process last finished timing on it
 
+# The long-call rule.  A call whose eager probe took at least LONG_CALL_MS (a 1M-token causal
+# forward: 35.9 s on an H200, per issue 74) is its own steady state: the clocks settle within it,
+# and its launch is nothing beside it.  The budget rule would still make 5 timed calls, warm-up
+# windows and a graph capture (whose private pool holds a second copy of what the call allocates):
+# 9-10 calls, ~6 min for that forward.  Such a call is timed eagerly, LONG_CALL_REPS times, after
+# the warm-up call and the probe; the median and the spread are over those (``timed_via`` says so).
+LONG_CALL_MS = 1000.0
+LONG_CALL_REPS = 3
+
+
+def long_call(probe_ms: float | None) -> str | None:
+    """``timed_via`` of a cell timed by the long-call rule, when its probe call (ms) was that long."""
+    if probe_ms is None or probe_ms < LONG_CALL_MS:
+        return None
+    return (f"eager: long call ({probe_ms / 1e3:.1f} s >= {LONG_CALL_MS / 1e3:g} s): {LONG_CALL_REPS} timed "
+            "calls after the warm-up and probe calls, not captured")
+
 
 @dataclass(frozen=True)
 class Timing:

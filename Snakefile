@@ -26,7 +26,7 @@ configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 # (.snakemake/log/), and to the screen too with --verbose (longca/execution/processes/console.py).
 from longca.execution.processes import console
 
-console.quiet_screen(workflow.output_settings.verbose, workflow.dryrun)
+console.quiet_screen(workflow.output_settings.verbose, workflow.output_settings.dryrun)
 
 
 include: "workflow/rules/common.smk"

@@ -21,7 +21,7 @@ JOB_EVENTS = frozenset({"run_info", "workflow_started", "shellcmd", "job_info", 
 # Its plain lines about scheduling and set-up, by how they begin.
 SET_UP_LINES = ("Select jobs to execute", "Execute ", "Building DAG of jobs", "Using shell:",
                 "Assuming unrestricted shared filesystem usage", "Provided cores:", "Rules claiming more threads",
-                "Elapsed time:", "Job stats:", "Nothing to be done")
+                "Elapsed time:", "Job stats:")
 SCREEN_HANDLER = "DefaultStreamHandler"  # the name Snakemake gives the handler that writes to the screen
 
 

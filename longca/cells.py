@@ -1,6 +1,8 @@
 """A cell's identity, spelled once: its name, the file its row goes to and its log.
 
-Kernel cells are ``kernel/mask/dtype_direction_seqlen``, CP cells
+Kernel cells are ``kernel/mask/dtype_direction_seqlen``, where a cell of a shape other than the
+grid's own (config ``head_dims``, ``gqa_ratios``, ``batches``, ``models``) has the shape's mark after its
+mask (``causal@h64k8d256b2``: 64 query heads, 8 KV heads, head dim 256, batch 2), CP cells
 ``strategy/mask/dtype_direction_<tokens per rank>x<cp_size>``.  The Snakemake rules take their
 output patterns from here, ``longca.config`` the grid's cells, the ``run-cell`` and ``cp-cell``
 commands a row's default ``cell_id``, and the tables and benchmarks a cell's name from its file.
@@ -50,6 +52,45 @@ def split_layout(mask: str) -> tuple[str, int]:
     """``(the config's mask name, layout)`` of a CP cell's mask (``layout_mask``'s inverse)."""
     base, mark, layout = mask.rpartition(LAYOUT_MARK)
     return (base, int(layout)) if mark and layout.isdigit() else (mask, 0)
+
+
+# A kernel cell of another shape than the grid's own names its mask ``<mask>@h<heads_q>k<heads_kv>d<head_dim>b<batch>``
+# (the mark is in the cell's settings, its row's ``mask`` and its path, so tables and figures keep
+# each shape apart as they keep masks apart).  The grid's own shape keeps the mask's name, so a grid
+# of one shape keeps its cells' names, files and cache keys.
+SHAPE_MARK = "@"
+_SHAPE_RE = re.compile(r"@h(?P<heads_q>\d+)k(?P<heads_kv>\d+)d(?P<head_dim>\d+)b(?P<batch>\d+)$")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The problem shape a cell runs: heads, head dim and sequences per call."""
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    batch: int = 1
+
+    @property
+    def mark(self) -> str:
+        return f"{SHAPE_MARK}h{self.heads_q}k{self.heads_kv}d{self.head_dim}b{self.batch}"
+
+    @classmethod
+    def of(cls, settings: Mapping[str, Any]) -> "Shape":
+        """The shape a config or a cell's settings hold (its ``heads_q`` … ``batch`` keys)."""
+        return cls(*(int(settings[k]) for k in ("heads_q", "heads_kv", "head_dim", "batch")))
+
+
+def shaped_mask(mask: str, shape: Shape, grid_shape: Shape) -> str:
+    """The mask a cell of ``shape`` names: ``mask`` itself at the grid's own shape."""
+    return mask if shape == grid_shape else f"{mask}{shape.mark}"
+
+
+def split_shape(mask: str) -> tuple[str, Shape | None]:
+    """``(the config's mask name, the shape its mark names or None)`` (``shaped_mask``'s inverse)."""
+    match = _SHAPE_RE.search(mask)
+    if match is None:
+        return mask, None
+    return mask[:match.start()], Shape(**{k: int(v) for k, v in match.groupdict().items()})
 
 
 @dataclass(frozen=True)

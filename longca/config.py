@@ -7,6 +7,7 @@ with a message naming the key and the reason.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import itertools
 import math
@@ -20,9 +21,9 @@ from typing import Any, Iterator
 import jsonschema
 import yaml
 
-from . import problem_settings, timing_spec
+from . import problem_settings, shapes, timing_spec
 from .attention import masks, varlen
-from .cells import CPCell, KernelCell, cell_name, cp_seqlen, layout_mask, split_layout  # noqa: F401 — the grid's cells, named in cells.py
+from .cells import CPCell, KernelCell, Shape, cell_name, cp_seqlen, layout_mask, shaped_mask, split_layout  # noqa: F401 — the grid's cells, named in cells.py
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "config.schema.yaml"  # package data (pyproject.toml)
 
@@ -124,7 +125,21 @@ def _apply_defaults(config: dict, schema: dict) -> None:
 
 def load_schema(path: Path = SCHEMA_PATH) -> dict:
     with open(path) as f:
-        return yaml.safe_load(f)
+        schema = yaml.safe_load(f)
+    return _inline_refs(schema, schema)
+
+
+def _inline_refs(node: Any, root: dict) -> Any:
+    """``node`` with each local ``$ref`` (``#/a/b``) replaced by what it points at: the schema says a
+    shared definition once, and ``restore_types`` validates sub-schemas standing alone."""
+    if isinstance(node, dict):
+        if "$ref" in node:
+            target = root
+            for key in node["$ref"].removeprefix("#/").split("/"):
+                target = target[key]
+            return _inline_refs(target, root)
+        return {key: _inline_refs(value, root) for key, value in node.items()}
+    return [_inline_refs(item, root) for item in node] if isinstance(node, list) else node
 
 
 def load_yaml(path: str | Path) -> Any:
@@ -153,8 +168,17 @@ class MaskEntry:
 
 
 def mask_entries(config: dict) -> list[MaskEntry]:
+    """The config's masks, then the model presets' masks it does not name itself (a preset's mask
+    of a name the config's ``masks`` has is the config's)."""
+    own = _entries(config["masks"])
+    named = {e.name for e in own}
+    extra = [e for model in shapes.models(config) for e in _entries(model.masks) if e.name not in named]
+    return own + list({e.name: e for e in extra}.values())
+
+
+def _entries(items) -> list[MaskEntry]:
     entries = []
-    for item in config["masks"]:
+    for item in items:
         if isinstance(item, str):
             entries.append(MaskEntry(item, item, {}))
         elif "slices" in item:  # a custom mask: a slice list scaled along the seqlen axis
@@ -373,8 +397,10 @@ def _check_semantics(config: dict) -> None:
             problems.append(f"config.masks[{i}]: unknown mask pattern {entry.pattern!r}"
                             f"{did_you_mean(entry.pattern, patterns)}; known: {', '.join(patterns)}")
         else:
-            # Parameters are checked by building the mask at every length (cheap: slices only).
-            for seqlen in config["seqlens"]:
+            # Parameters are checked by building the mask at every length a cell has (cheap: slices
+            # only), each batch's too.
+            for seqlen in sorted({shapes.batch_seqlen(config, n, b) for n in config["seqlens"]
+                                  for b in shapes.batches(config)}):
                 try:
                     masks.build(entry.pattern, seqlen, seed=config["seed"], **head_params(config, entry))
                 except ValueError as exc:
@@ -393,6 +419,9 @@ def _check_semantics(config: dict) -> None:
         except ValueError as exc:
             problems.append(f"config.kernel_options.{name}: {exc}")
     problems += _cp_problems(config, labels)
+    problems += shapes.problems(config)
+    if not labels:
+        problems.append("config.masks: no mask, and no model preset (config.models) brings one")
     if config["heads_q"] % config["heads_kv"]:
         problems.append(f"config.heads_q: {config['heads_q']} is not a multiple of "
                         f"config.heads_kv = {config['heads_kv']}")
@@ -469,7 +498,7 @@ def _select_cp_masks(config: dict) -> None:
 
 def cp_cells(config: dict) -> Iterator[CPCell]:
     # null: every mask; a list selects (empty when every name in it was dropped: no CP cells).
-    masks_ = [e.name for e in mask_entries(config)] if config["cp_masks"] is None else config["cp_masks"]
+    masks_ = [e.name for e in _entries(config["masks"])] if config["cp_masks"] is None else config["cp_masks"]
     tokens = config["cp_tokens_per_rank"] or config["seqlens"]
     # `cp_layouts` more document layouts for a mask whose documents are drawn (not given).
     drawn = {e.name for e in mask_entries(config)
@@ -512,10 +541,42 @@ def slurm_resources(config: dict) -> dict:
     return out
 
 
+@dataclass(frozen=True)
+class GridMask:
+    """A mask at one shape: what a kernel cell's ``mask`` names (``label``: the mask's name, with the
+    shape's mark where the shape is not the grid's own), and the model presets it serves."""
+    label: str
+    entry: MaskEntry
+    shape: Shape
+    models: tuple[str, ...] = ()
+
+
+def grid_masks(config: dict) -> list[GridMask]:
+    """Every (mask, shape) of the grid: the config's ``masks`` at each shape of the shape axes, then
+    each model preset's masks at its shape; one per label, with every preset that names it."""
+    entries = {e.name: e for e in mask_entries(config)}
+    own = shapes.grid_shape(config)
+    pairs = [(entries[e.name], shape, None) for shape in shapes.axis_shapes(config) for e in _entries(config["masks"])]
+    pairs += [(entries[e.name], shape, model.name) for model in shapes.models(config)
+              for shape in shapes.model_shapes(config, model) for e in _entries(model.masks)]
+    out: dict[str, GridMask] = {}
+    for entry, shape, model in pairs:
+        label = shaped_mask(entry.name, shape, own)
+        known = out.get(label) or GridMask(label, entry, shape)
+        out[label] = GridMask(label, entry, shape, known.models + ((model,) if model and model not in known.models else ()))
+    return list(out.values())
+
+
+def label_models(config: dict) -> dict[str, list[str]]:
+    """The model presets each kernel cell's mask label serves (labels of no preset left out): the
+    tables' ``model`` column."""
+    return {gm.label: list(gm.models) for gm in grid_masks(config) if gm.models}
+
+
 def kernel_cells(config: dict) -> Iterator[KernelCell]:
-    for kernel, entry, seqlen, direction, dtype in itertools.product(
-            config["kernels"], mask_entries(config), config["seqlens"], config["directions"], config["dtypes"]):
-        yield KernelCell(kernel, entry.name, seqlen, direction, dtype)
+    for kernel, gm, seqlen, direction, dtype in itertools.product(
+            config["kernels"], grid_masks(config), config["seqlens"], config["directions"], config["dtypes"]):
+        yield KernelCell(kernel, gm.label, shapes.batch_seqlen(config, seqlen, gm.shape.batch), direction, dtype)
 
 
 def named_cells(config: dict, names: list[str]) -> list[KernelCell]:
@@ -543,8 +604,10 @@ def head_params(config: dict, entry: MaskEntry) -> dict:
 
 
 def cell_settings(config: dict, kernel: str, mask: str, seqlen: int, direction: str, dtype: str) -> dict:
-    """Exactly the resolved settings that determine one kernel cell's number (its cache key)."""
-    entry = {e.name: e for e in mask_entries(config)}[mask]
+    """Exactly the resolved settings that determine one kernel cell's number (its cache key).  ``mask``
+    is the cell's (a label of ``grid_masks``); its shape's fields override the grid's."""
+    grid_mask = {gm.label: gm for gm in grid_masks(config)}[mask]
+    entry, config = grid_mask.entry, {**config, **dataclasses.asdict(grid_mask.shape)}
     settings = {
         "kernel": kernel, "mask": mask, "pattern": entry.pattern, "mask_params": head_params(config, entry),
         "seqlen": int(seqlen), "direction": direction, "dtype": dtype, **problem_settings.grid_settings(config),

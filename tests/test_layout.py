@@ -133,7 +133,7 @@ ORDER: tuple[tuple[str, ...], ...] = (
     ("attention", "masks", "flops", "reference"),
     ("kernels",),
     ("cp",),  # CP strategies compute their local blocks with the kernels; no kernel knows about CP
-    ("config",),  # config as data, validated against the kernels' and strategies' names
+    ("config", "shapes"),  # config as data, validated against the kernels' and strategies' names; its shapes
     ("execution",),
     ("results",),
     ("status", "cli", "__main__"),  # the command line and what it reports

@@ -49,8 +49,11 @@ class FlashAttnPackage(Kernel):
     def __init__(self, name: str, module: str, description: str, distribution: str, *,
                  extensions: tuple[str, ...] = (), unbounded: int | None = -1,
                  lse_ops_class: type[LseOps] | None = None, version_from: str | None = None,
-                 libraries: tuple[str, ...] = ()):
+                 libraries: tuple[str, ...] = (), head_dims: tuple[int, ...] = ()):
         self.name = name
+        # The head dims the release's kernels are built for (its docs); another is an `unsupported`
+        # row naming them, not a library assertion read as an error.
+        self.head_dims = head_dims
         self.libraries = libraries
         self.module = module            # forward calls module.flash_attn_func / flash_attn_varlen_func
         self.extensions = extensions    # compiled modules the entry point needs at call time
@@ -83,6 +86,10 @@ class FlashAttnPackage(Kernel):
         return self._load.missing()
 
     def supports_mask(self, problem: Problem) -> str | None:
+        if problem.head_dim not in self.head_dims:
+            dims = self.head_dims
+            listed = f"{dims[0]}, {dims[1]} … {dims[-1]}" if len(dims) > 4 else ", ".join(map(str, dims))
+            return f"{self.name} takes head dims {listed}, not {problem.head_dim}"
         return unsupported_reason(self.name, problem)
 
     def lse_ops(self, device: torch.device):
@@ -173,12 +180,17 @@ class Fa4LseOps(LseOps):
         return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
 
 
+# FlashAttention-2 and -3: multiples of 8 up to 256 (their READMEs: "all head dimensions up to 256");
+# FlashAttention-4 on Hopper: 64, 96 and 128 (flash_attn/cute/interface.py's supported features;
+# its (192, 128) is Blackwell's, and q and v share one head dim here).
+UP_TO_256 = tuple(range(8, 257, 8))
 register(FlashAttnPackage("flash_attn2", "flash_attn", "FlashAttention-2 (flash-attn package)", "flash-attn",
-                          extensions=("flash_attn_2_cuda",), libraries=("flash-attn",)))
+                          extensions=("flash_attn_2_cuda",), libraries=("flash-attn",), head_dims=UP_TO_256))
 register(FlashAttnPackage("flash_attn3", "flash_attn_interface",
                           "FlashAttention-3 (Hopper; flash-attention's hopper/ build)",
-                          "flash-attention's hopper/ package (flash_attn_3)", libraries=("flash-attn-3",)))
+                          "flash-attention's hopper/ package (flash_attn_3)", libraries=("flash-attn-3",),
+                          head_dims=UP_TO_256))
 register(FlashAttnPackage("flash_attn4", "flash_attn.cute", "FlashAttention-4 (CuTe DSL, flash_attn.cute)",
                           "flash-attn-cute (flash-attention's flash_attn/cute)", unbounded=None,
                           lse_ops_class=Fa4LseOps, version_from="flash-attn-4",
-                          libraries=("flash-attn-4",)))
+                          libraries=("flash-attn-4",), head_dims=(64, 96, 128)))

@@ -69,7 +69,7 @@ _PROVENANCE = [("slurm_job_id", pa.string()), ("fingerprint", pa.string()), ("wa
 _ID = [("schema_version", pa.int32()), ("kind", pa.string()), ("cell_id", pa.string())]
 
 KERNEL_SCHEMA = pa.schema(
-    _ID + [("kernel", pa.string())] + _PROBLEM + _timing_columns(TimingSpec)
+    _ID + [("kernel", pa.string())] + _PROBLEM + [("model", pa.string())] + _timing_columns(TimingSpec)
     + _OUTCOME + [
         ("tflops", pa.float64()),
         ("tflops_p20", pa.float64()),
@@ -242,9 +242,20 @@ def _without_harness_peak(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "peak_mem_bytes": None}
 
 
+# Several presets of one shape and mask share its cells: their names in one ``model`` value.
+MODEL_SEPARATOR = ", "
+
+
+def with_models(rows: list[dict[str, Any]], models: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """Each row with its ``model`` column: the presets its mask serves (``longca.config.label_models``
+    of the run's config; rows measure a shape, not a model, so the config says which models use it)."""
+    return [{**row, "model": MODEL_SEPARATOR.join(models[row["mask"]])} if row.get("mask") in models else row
+            for row in rows]
+
+
 def aggregate(cell_paths: Iterable[str | os.PathLike], out: str | os.PathLike,
-              schema: pa.Schema = KERNEL_SCHEMA) -> pa.Table:
-    table = to_table(read_rows(cell_paths), schema)
+              schema: pa.Schema = KERNEL_SCHEMA, models: dict[str, list[str]] | None = None) -> pa.Table:
+    table = to_table(with_models(read_rows(cell_paths), models or {}), schema)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")

@@ -30,7 +30,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from . import figure_captions, memory_model, sparse, tables
+from .. import shapes
+from . import figure_captions, memory_model, reproduce, sparse, tables
 from .figures import FIGURES as FIGURE_SPECS
 from .tables import DIRECTION_TITLES, STATUS_LABELS, STATUS_MARKERS, seqlen_label
 
@@ -108,7 +109,10 @@ class Column:
 KERNEL_COLUMNS = [
     Column("cell_id", "cell_id", title="kernel/mask/dtype_direction_seqlen; the cell's row file and log are named so"),
     Column("kernel", "kernel"), Column("mask", "mask"), Column("pattern", "pattern"),
+    Column("model", "model", title="the model presets (config models) whose shape and mask this cell is"),
     Column("seqlen", "seqlen", fmt_number, numeric=True), Column("direction", "direction"), Column("dtype", "dtype"),
+    Column("heads_q", "heads q", fmt_number, numeric=True), Column("heads_kv", "heads kv", fmt_number, numeric=True),
+    Column("head_dim", "head dim", fmt_number, numeric=True), Column("batch", "batch", fmt_number, numeric=True),
     Column("status", "status"),
     Column("tflops", "TFLOPs/s", fmt_number, "masked FLOPs / median time", True),
     Column("tflops_p20", "TFLOPs/s p20", fmt_number, "throughput at the 80th percentile time", True),
@@ -124,6 +128,8 @@ KERNEL_COLUMNS = [
     Column("wall_s", "cell wall s", fmt_number, "wall time of the whole cell (build, gate, timing)", True),
     Column("notes", "notes", wrap=True), Column("kernel_options", "options", wrap=True),
     Column("reason", "reason", wrap=True),
+    Column("reproduce", "reproduce", wrap=True,
+           title="the one command that measures this cell alone; in the run's directory it writes the cell's row file"),
 ]
 
 CP_COLUMNS = [
@@ -429,6 +435,8 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
     cp = tables.cp_table(cp, kernels)
     masks = tables.mask_order(kernels, masks)
 
+    if config and len(kernels):  # each row's command to measure its cell alone (longca.results.reproduce)
+        kernels = kernels.assign(reproduce=reproduce.commands(config, kernels))
     kernel_cols, kernel_rows = table_rows(kernels, KERNEL_COLUMNS, id_prefix="kernel-row")
     kernel_ids = {cid: r["id"] for cid, r in zip(kernels["cell_id"], kernel_rows)} if len(kernels) else {}
     cp_cols, cp_rows = table_rows(cp, CP_COLUMNS, id_prefix="cp-row")
@@ -442,6 +450,10 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
                  "rows": [{"mask": r["mask"], "dtype": r["dtype"],
                            "cells": [seqlen_answer(c, kernel_ids) for c in r["cells"]]} for r in grid["rows"]]}
     best_k = [kernel_answer(e, kernel_ids) for e in tables.best_kernels(kernels, masks, tie_margin)]
+    titles = {m.name: m.title for m in shapes.models(config or {})}
+    by_model = [{**kernel_answer(e, kernel_ids), "model": e["model"], "title": titles.get(e["model"], e["model"]),
+                 "model_mask": e["model_mask"], "shape": e["shape"]}
+                for e in tables.model_answers(kernels, masks, tie_margin)]
     sparse_entries = [sparse_answer(e, kernel_ids) for e in sparse.answers(kernels, tie_margin)]
     cp_masks = tables.mask_order(cp, masks)
     best_cp = [strategy_answer(e, cp_ids) for e in tables.best_strategies(cp, masks, tie_margin)]
@@ -500,6 +512,7 @@ def context(kernels: pd.DataFrame, *, cp: pd.DataFrame | None = None, figures: F
         "by_seqlen": by_seqlen, "tie_margin": tie_margin, "unsteady_spread": tables.UNSTEADY_SPREAD,
         "kernel_combos": kernel_combos, "best_kernels": tables.answer_grid(best_k, ["mask"], kernel_combos),
         "best_kernel_list": best_k,
+        "by_model": tables.answer_grid(by_model, ["title", "model_mask", "shape"], kernel_combos),
         "sparse": tables.answer_grid(sparse_entries, ["tiles", "block_label", "kept", "kept_actual", "seqlen_label"], kernel_combos),
         "kernel_many_dtypes": len({t for _, t in kernel_combos}) > 1,
         "cp_many_dtypes": len({t for _, t in cp_combos}) > 1,

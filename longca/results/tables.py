@@ -16,7 +16,9 @@ import numpy as np
 import pandas as pd
 
 from .. import run_dir
+from ..cells import Shape, split_shape
 from ..cells import tokens_per_rank as per_rank
+from .parquet import MODEL_SEPARATOR
 
 # Every status a cell can have, in the order the report counts them.
 STATUS_ORDER = ["ok", "unsupported", "oom", "wrong", "error", "timeout"]
@@ -206,6 +208,30 @@ def best_kernels(df: pd.DataFrame, masks: list[str] | None = None, tie_margin: f
     order = mask_order(df, masks)
     best.sort(key=lambda e: order.index(e["mask"]))
     return best
+
+
+def shape_label(rows: pd.DataFrame, mask: str) -> str:
+    """The shape of ``mask``'s cells as a reader says it, ``64:8 · d128 · batch 1``: from its rows'
+    columns, else from the mask's mark (a row that could not be read has no shape columns)."""
+    known = rows[rows["mask"] == mask].dropna(subset=["heads_q", "heads_kv", "head_dim", "batch"])
+    shape = Shape.of(known.iloc[0]) if len(known) else split_shape(mask)[1]
+    return "" if shape is None else f"{shape.heads_q}:{shape.heads_kv} · d{shape.head_dim} · batch {shape.batch}"
+
+
+def model_answers(df: pd.DataFrame, masks: list[str] | None = None, tie_margin: float = 0.0) -> list[dict]:
+    """``best_kernels`` per model preset (the rows' ``model`` column): which kernel for each model's
+    masks at its shape.  Each entry adds ``model``, ``model_mask`` (the config's mask name, without
+    the shape's mark) and ``shape`` (``shape_label``); a row of several presets counts for each."""
+    if "model" not in df or not df["model"].notna().any():
+        return []
+    rows = df[df["model"].notna() & (df["model"] != "")]
+    rows = rows.assign(model=rows["model"].str.split(MODEL_SEPARATOR)).explode("model")
+    out = []
+    for model, group in rows.groupby("model", sort=False):
+        for e in best_kernels(group.drop(columns="model"), masks, tie_margin):
+            out.append({**e, "model": model, "model_mask": split_shape(e["mask"])[0],
+                        "shape": shape_label(group, e["mask"])})
+    return out
 
 
 def seqlen_winners(df: pd.DataFrame, tie_margin: float = 0.0) -> list[dict]:

@@ -13,6 +13,7 @@ rule aggregate_kernels:
         run_dir.KERNEL_TABLE,
     params:
         table="kernels",
+        models=longca_config.label_models(CFG),  # each row's `model` column, from its mask's presets
     script:
         "../scripts/aggregate.py"
 

@@ -15,7 +15,9 @@ from longca.results import figure_captions
 CFG = longca_config.or_stop(longca_config.validate, config)
 KERNEL_CELLS = list(longca_config.kernel_cells(CFG))
 ALL_CP_CELLS = list(longca_config.cp_cells(CFG))
-MASK_NAMES = [entry.name for entry in longca_config.mask_entries(CFG)]
+# The kernel cells' masks: each config mask at each shape (its name, with the shape's mark where the
+# shape is not the grid's own), then the model presets' (longca.config.grid_masks).
+MASK_NAMES = [grid_mask.label for grid_mask in longca_config.grid_masks(CFG)]
 # The interpreter that runs the cells: in the shell command, not in params, so running `snakemake`
 # or `python -m snakemake` (two paths of one interpreter) does not rerun every cell.
 PYTHON = sys.executable

@@ -7,7 +7,7 @@ localrules:
 
 
 # The report shows the tables of longca/results/tables.py: editing them rebuilds it too.
-REPORT_CODE = code_fingerprint("longca/results/report.py", "longca/results/tables.py",
+REPORT_CODE = code_fingerprint("longca/results/report.py", "longca/results/tables.py", "longca/results/reproduce.py",
                                "longca/results/templates/report.html.j2",
                                "longca/results/templates/report_env_table.html.j2")
 

@@ -4,4 +4,5 @@
 from longca.results import parquet as results
 
 schema = {"kernels": results.KERNEL_SCHEMA, "cp": results.CP_SCHEMA}[snakemake.params.table]  # noqa: F821
-results.aggregate(snakemake.input, snakemake.output[0], schema=schema)  # noqa: F821
+results.aggregate(snakemake.input, snakemake.output[0], schema=schema,  # noqa: F821
+                  models=dict(getattr(snakemake.params, "models", None) or {}))  # noqa: F821

@@ -25,9 +25,7 @@ from ..cache.atomic import write_json_atomic
 
 CEILINGS_VERSION = 1
 MIN_N = 256
-# On a GPU the fastest square product is a large one, and a line below the attention rows bounds
-# nothing (docs/report.md says what was measured); 32768 is 6 GiB in bf16 and ~0.1 s a product.
-MAX_N = {"cpu": 2048, "cuda": 32768}
+MAX_N = {"cpu": 2048, "cuda": 8192}
 TARGET_MS = 50.0  # sizes double until a product takes longer than this
 
 

@@ -1,9 +1,11 @@
 """`snakemake --profile slurm all` against a real SLURM cluster (munged, slurmctld, two slurmd) on
 this machine, through the real executor plugin, from a private configuration (nothing under /etc):
 
-* CPU nodes: kernel cells as a grouped job, a CP cell spanning both nodes (srun starts one torchrun
-  agent per node, gloo), a cancelled job whose finished cell keeps its row while the lost one is
-  reported with its SLURM log, and a second run that completes only what is missing;
+* CPU nodes: kernel cells as a grouped job (run by the job's own Snakemake, no job step each, and
+  measured by one warm worker scoped to the job, which ends with it), a CP cell spanning both nodes
+  (srun starts one torchrun agent per node, gloo), a cancelled job whose finished cell keeps its row
+  while the lost one is reported with its SLURM log, and a second run that completes only what is
+  missing;
 * nodes declaring 8 GPUs as gres (stand-in device files): the README's SLURM command validates on
   this GPU-less "login node", and each job asks for what config says - one node's GPUs, CPUs and
   memory, exclusive, a time limit the partition accepts - whatever `--config` is given."""
@@ -20,6 +22,8 @@ import pandas as pd
 import pytest
 import yaml
 from slurm_cluster import Cluster
+
+from longca.execution.processes.worker import runtime_dir
 
 REPO = Path(__file__).resolve().parent.parent
 COMMAND = ["snakemake", "--profile", "slurm", "all"]  # exactly what the README documents
@@ -81,6 +85,39 @@ def _squeue(cluster):
     return [line.split(None, 2) for line in out.stdout.splitlines() if line.strip()]
 
 
+def _steps(cluster) -> set[str]:
+    """The job steps running now, ``JOB.STEP`` (``JOB.batch``: the job's batch script)."""
+    out = subprocess.run(["squeue", "-s", "-h", "-o", "%i"], env=cluster.env, capture_output=True, text=True)
+    return {line.strip() for line in out.stdout.splitlines() if line.strip()}
+
+
+def _servers(work: Path, job_id: str | None = None) -> dict[int, str]:
+    """LongCA workers and lanes (with the processes they forked, which share their command line) of
+    this checkout's runs (its folder is in their PYTHONPATH), or of one job: pid → LONGCA_JOB_SCOPE."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            environ = dict(kv.split(b"=", 1) for kv in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                           if b"=" in kv)
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, ValueError):
+            continue
+        if b"longca" not in cmd or not {b"worker", b"lane"} & set(cmd) or state == "Z":
+            continue
+        scope = environ.get(b"LONGCA_JOB_SCOPE", b"").decode()
+        if str(work).encode() in environ.get(b"PYTHONPATH", b"") and (job_id is None or scope.startswith(f"{job_id}:")):
+            found[int(pid)] = scope
+    return found
+
+
+def _none_left(work: Path, timeout: float = 15) -> dict[int, str]:
+    deadline = time.time() + timeout
+    while (left := _servers(work)) and time.time() < deadline:
+        time.sleep(0.2)
+    return left
+
+
 def _jobs(cluster) -> dict[str, dict[str, str]]:
     """Every job the controller knows (finished ones stay for MinJobAge), as scontrol's fields."""
     out = subprocess.run(["scontrol", "show", "job", "-o"], env=cluster.env, capture_output=True, text=True).stdout
@@ -98,13 +135,17 @@ def test_profile_runs_grid_on_slurm_and_resubmits_only_lost_cells(cluster, tmp_p
     run1 = subprocess.Popen(COMMAND, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     # Cancel the kernel-cell job once one of its two cells (run one after the other) has finished and
     # the other has not: a job killed from outside, not a cell failing.
-    cancelled, finished = None, []
+    cancelled, finished, kernel_jobs, steps, servers = None, [], set(), set(), {}
     deadline = time.time() + 240
     while cancelled is None and time.time() < deadline and run1.poll() is None:
         finished = [c for c in (SDPA, SLEEP) if (work / "results" / "kept" / c.removeprefix("results/cells/")).exists()]
+        steps |= _steps(cluster)
         for job_id, state, comment in _squeue(cluster):
             # Only the grouped kernel-cell job: the ceilings and CP jobs run beside it.
+            if "kernel_cell" in comment:
+                kernel_jobs.add(job_id)
             if len(finished) == 1 and state == "RUNNING" and "kernel_cell" in comment:
+                servers = _servers(work, job_id)  # the job's worker, measuring the other cell now
                 subprocess.run(["scancel", job_id], env=cluster.env, check=True)
                 cancelled = job_id
                 break
@@ -112,6 +153,16 @@ def test_profile_runs_grid_on_slurm_and_resubmits_only_lost_cells(cluster, tmp_p
     out1, _ = run1.communicate(timeout=600)
     assert cancelled, f"no kernel-cell job seen running with one finished cell:\n{out1[-3000:]}"
     assert run1.returncode != 0, out1[-3000:]
+    # The job's cells ran in its own Snakemake, no `srun` step (and no Snakemake) each, and shared
+    # one worker scoped to the job (its log: started once, for this job's scope)...
+    assert kernel_jobs and not {s for s in steps if s.split(".")[0] in kernel_jobs and s.split(".")[1].isdigit()}, \
+        (steps, kernel_jobs)
+    assert servers and len(set(servers.values())) == 1, servers
+    scope = next(iter(servers.values()))
+    logs = [p.read_text(errors="replace") for p in runtime_dir().glob("*.log")]
+    assert sum(log.count(f"ends with job scope {scope})") for log in logs) == 1, scope
+    # ... which did not outlive the cancelled job, nor did anything it forked.
+    assert not _none_left(work), _servers(work)
     done = finished[0]
     cut = SLEEP if done == SDPA else SDPA
     kernel_of = {SDPA: "sdpa_math", SLEEP: "test_sleep"}
@@ -135,7 +186,8 @@ def test_profile_runs_grid_on_slurm_and_resubmits_only_lost_cells(cluster, tmp_p
 
     # A dry run plans both cells again (plus aggregation); the real run measures only the lost one
     # and writes the finished one's kept row back.
-    dry = subprocess.run(COMMAND + ["-n"], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    # (--verbose: Snakemake 9.27's dry run prints the jobs' blocks only with it)
+    dry = subprocess.run(COMMAND + ["-n", "--verbose"], cwd=work, env=env, capture_output=True, text=True, timeout=300)
     planned = {line.split("output: ")[1].split(",")[0].strip() for line in (dry.stdout + dry.stderr).splitlines()
                if "output: results/cells/" in line}
     assert planned == {SDPA, SLEEP}, planned
@@ -147,8 +199,10 @@ def test_profile_runs_grid_on_slurm_and_resubmits_only_lost_cells(cluster, tmp_p
     assert str(kernels.loc[kernel_of[cut], "slurm_job_id"]) != cancelled
     assert (work / "results" / "report.html").exists()
     assert not (work / "results" / "lost").exists() and not (work / "results" / "lost_kernels.parquet").exists()
-    # Kernel cells ran as grouped SLURM jobs, each row with its job id, each in a child of its own.
-    assert kernels["slurm_job_id"].notna().all() and (kernels["isolation"] == "fork").all()
+    # Kernel cells ran as grouped SLURM jobs, each row with its job id, each measured by the job's
+    # warm worker (a child of its own per cell); no worker outlives its job.
+    assert kernels["slurm_job_id"].notna().all() and (kernels["isolation"] == "worker").all()
+    assert not _none_left(work), _servers(work)
 
 
 # Two 8-GPU nodes, as many CPUs and as much memory as a real one (slurmd accepts the declared sizes).
@@ -191,7 +245,7 @@ def test_gpu_jobs_ask_for_one_nodes_gpus_cpus_and_memory_exclusively(gpu_cluster
     # The README's command, as written, is planned here without a GPU: every kernel cell in jobs of
     # 8 asking for one GPU, the CP cells for theirs.
     readme = COMMAND + ["--configfile", "config/gpu.yaml", "--config", "gpus=8", "ranks_per_node=8"]
-    dry = subprocess.run(readme + ["-n"], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    dry = subprocess.run(readme + ["-n", "--verbose"], cwd=work, env=env, capture_output=True, text=True, timeout=600)
     assert dry.returncode == 0, (dry.stdout + dry.stderr)[-4000:]
     plan = dry.stdout + dry.stderr
     assert "no GPU is visible" not in plan
@@ -223,12 +277,11 @@ def test_gpu_jobs_ask_for_one_nodes_gpus_cpus_and_memory_exclusively(gpu_cluster
     assert shape(cp_jobs[0]) == {"NumNodes": "2", "NumTasks": "2", "CPUs/Task": "8", "MinMemoryNode": "32000M",
                                  "TresPerNode": "gres:gpu:1", "OverSubscribe": "NO", "TimeLimit": "00:07:00"}, cp_jobs[0]
     # Every cell has its row (these GPUs are stand-ins, so the measurements fail as rows), each made
-    # in a child forked by the cell's own process: no worker outlives a job.
+    # by the job's resident lane for its GPU, which ended with the job: no lane outlives a job.
     rows = [json.loads(p.read_text()) for p in (work / "results").glob("**/kernels/sdpa/full/*.json")]
     assert {r["cell_id"] for r in rows} >= {"sdpa/full/float32_fwd_128", "sdpa/full/float32_fwd_256"}, out[-3000:]
-    assert all(r.get("isolation") == "fork" and r.get("slurm_job_id") for r in rows), rows
-    survivors = subprocess.run(["pgrep", "-f", f"longca (worker|lane).*{work}"], capture_output=True, text=True)
-    assert survivors.stdout == "", survivors.stdout
+    assert all(r.get("isolation") == "resident" and r.get("slurm_job_id") for r in rows), rows
+    assert not _none_left(work), _servers(work)
 
 
 def test_the_cluster_script_runs_one_command_against_a_one_node_cluster_and_stops_it(tmp_path):

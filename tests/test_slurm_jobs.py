@@ -2,12 +2,17 @@
 failed job's finished rows (longca.execution.cache.kept_rows, longca.results.lost_cells)."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from longca.config import ConfigError, validate
 from longca.execution.cache import kept_rows
 from longca.execution.cluster import placement, slurm_jobs
+from longca.execution.processes import job_scope
+from longca.execution.processes.worker import worker_key
 from longca.results import lost_cells
 
 GPU = {"device": "cuda", "kernels": ["sdpa"], "masks": ["full"], "seqlens": [1024], "cp_strategies": []}
@@ -55,12 +60,38 @@ def test_bad_slurm_keys_are_named(key, value):
         validate({**GPU, key: value})
 
 
-def test_a_cluster_jobs_cells_fork_their_own_child():
+def test_a_cluster_jobs_cp_cells_fork_their_own_child_and_its_kernel_cells_share_a_scoped_server(monkeypatch):
     cfg = validate(GPU)
     assert cfg["isolation"] == "resident"
     assert placement.isolation(cfg, placement.LOCAL) == "resident"
     assert placement.isolation(cfg, placement.SUBMITS_JOBS) == "resident"  # the submit host measures nothing
     assert placement.isolation(cfg, placement.IN_CLUSTER_JOB) == "fork"
+    # Kernel cells in a job: the job's Snakemake runs them (no srun step, no Snakemake per cell) and
+    # they share a lane that ends with the job's Snakemake.
+    assert placement.kernel_cell_isolation(cfg, placement.IN_CLUSTER_JOB) == "resident"
+    assert placement.cells_in_job_process(placement.IN_CLUSTER_JOB)
+    assert not placement.cells_in_job_process(placement.SUBMITS_JOBS)
+    assert not placement.cells_in_job_process(placement.LOCAL)
+    monkeypatch.delenv(job_scope.ENV, raising=False)
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    placement.scope_servers_to_job(placement.LOCAL)
+    assert job_scope.current() is None
+    placement.scope_servers_to_job(placement.IN_CLUSTER_JOB)
+    scope = job_scope.current()
+    assert scope.startswith(f"77:{os.getpid()}:") and job_scope.alive(scope)
+    assert worker_key() != worker_key({**os.environ, job_scope.ENV: "78" + scope[2:]})  # a server per job
+
+
+def test_a_job_scope_ends_with_its_anchor_process_not_a_reuse_of_its_pid():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        scope = job_scope.here().split(":")[0] + f":{child.pid}:{job_scope._start_ticks(child.pid)}"
+        assert job_scope.alive(scope)
+        assert not job_scope.alive(scope.rsplit(":", 1)[0] + ":1")  # same pid, another start time
+    finally:
+        child.kill()
+        child.wait()
+    assert not job_scope.alive(scope)
 
 
 def test_unplaced_reason_only_for_local_gpu_runs_short_of_gpus():

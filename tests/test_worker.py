@@ -83,3 +83,31 @@ def test_worker_key_follows_environment_and_ignores_the_idle_setting():
     assert worker.worker_key(base) == worker.worker_key({**base, "LONGCA_WORKER_IDLE_S": "5", "HOME": "/x"})
     assert worker.worker_key(base) != worker.worker_key({**base, "LONGCA_TEST_KERNELS": "1"})
     assert worker.worker_key(base) != worker.worker_key({**base, "CUDA_VISIBLE_DEVICES": "1"})
+
+
+def test_a_worker_scoped_to_a_job_ends_with_the_job_taking_its_measurement_down(env, tmp_path):
+    """In a cluster job the worker names the job's Snakemake as its anchor (LONGCA_JOB_SCOPE): when
+    that process ends, the worker, its handler and the measuring child all end, even with the
+    cell's client still waiting (SLURM normally kills the client too)."""
+    from longca.execution.processes import job_scope
+
+    anchor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        scope = f"77:{anchor.pid}:{job_scope._start_ticks(anchor.pid)}"
+        env = {**env, job_scope.ENV: scope, "LONGCA_WORKER_IDLE_S": "300"}
+        proc, out = client(env, tmp_path, "test_hang", "scoped", "--timeout", "300")
+        deadline = time.monotonic() + 60
+        while len(worker_processes(env)) < 3 and time.monotonic() < deadline:  # worker, handler, child
+            time.sleep(0.1)
+        assert len(worker_processes(env)) == 3
+        log = worker.runtime_dir() / f"{worker.worker_key(env)}.log"
+        assert f"ends with job scope {scope}" in log.read_text()
+    finally:
+        anchor.kill()
+        anchor.wait()
+    deadline = time.monotonic() + 10
+    while worker_processes(env) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert worker_processes(env) == []
+    assert proc.wait(30) == 2 and not out.exists()  # the machinery ended, not the cell: no row
+    assert f"job scope {scope} ended" in log.read_text()

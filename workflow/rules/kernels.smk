@@ -4,6 +4,15 @@
 # default, longca/execution/processes/resident.py) or a forked child of the warm worker (CPU default, longca/execution/processes/worker.py):
 # a crash, hang or memory exhaustion still writes the row, atomically.
 
+# Inside a cluster job the group's cells run here, in the job's Snakemake, one after another, and
+# share one worker or lane that ends with the job (longca/execution/cluster/placement.py): no
+# `srun` step and no second Snakemake per cell.
+CELLS_IN_JOB_PROCESS = placement.cells_in_job_process(PLACEMENT)
+placement.scope_servers_to_job(PLACEMENT)
+# ... started now, while this Snakemake builds its DAG, not by the first cell.
+placement.prestart_job_server(workflow, CFG, PLACEMENT)
+KERNEL_CELL_FLAGS = longca_config.cell_limits({**CFG, "isolation": placement.kernel_cell_isolation(CFG, PLACEMENT)})
+
 
 rule kernel_cell:
     output:
@@ -16,10 +25,11 @@ rule kernel_cell:
     threads: CELL_THREADS
     # On a cluster, many small cells share one job (profiles/slurm sets group-components).
     group:
-        "kernel_cells"
+        None if CELLS_IN_JOB_PROCESS else "kernel_cells"
+    localrule: CELLS_IN_JOB_PROCESS
     resources:
         **CELL_RESOURCES,
     shell:
         # The row's cell_id (longca/cells.py) is derived from the settings.
-        "{PYTHON} -m longca run-cell --settings {params.settings:q} --threads {MEASURE_THREADS} {LIMIT_FLAGS} "
+        "{PYTHON} -m longca run-cell --settings {params.settings:q} --threads {MEASURE_THREADS} {KERNEL_CELL_FLAGS} "
         "--out {output} 2> {log}"

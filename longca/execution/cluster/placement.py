@@ -14,8 +14,11 @@ then; Snakemake names its executor only afterwards (``workflow.local_exec`` is s
 
 from __future__ import annotations
 
+import os
+import sys
+
 from . import slurm_jobs
-from ..processes import gpu_slots
+from ..processes import gpu_slots, job_scope, resident, worker
 
 LOCAL = "local"            # this machine measures the cells
 SUBMITS_JOBS = "submits"   # this process hands cells to a cluster (a login node: no GPU needed)
@@ -31,11 +34,70 @@ def of_run(workflow) -> str:
 
 
 def isolation(config: dict, where: str) -> str:
-    """The configured isolation, except that a cluster job's cells fork their own measuring child:
-    a warm worker or resident lane would outlive the job (and measure the next job's cells)."""
+    """The configured isolation, except that a CP cell in a cluster job forks its own ranks: a
+    resident CP group would outlive the job (and measure the next job's cells).  Kernel cells:
+    ``kernel_cell_isolation``."""
     if where == IN_CLUSTER_JOB and config["isolation"] in ("worker", "resident"):
         return "fork"
     return config["isolation"]
+
+
+def kernel_cell_isolation(config: dict, where: str) -> str:
+    """The configured isolation, in a cluster job too: there the cells of a group job run one after
+    another in the job's own Snakemake (``cells_in_job_process``) and share one warm worker or
+    resident lane scoped to the job (``scope_servers_to_job``), which ends with it."""
+    return config["isolation"]
+
+
+def cells_in_job_process(where: str) -> bool:
+    """Whether kernel cells run inside this Snakemake process rather than each in a job step of its
+    own: inside a cluster job.  There the SLURM jobstep executor would start every cell as an
+    ``srun`` step that starts Snakemake again (reads the Snakefile, builds the DAG) before the
+    cell's own process: 8.5 s a cell on an idle 2-core machine, for 1-4 s of measuring.  A local rule
+    without a group is run by Snakemake's local executor in this process, one cell at a time (each
+    takes the job's ``--cores``, one cell's CPUs)."""
+    return where == IN_CLUSTER_JOB
+
+
+def prestart_job_server(workflow, config: dict, where: str) -> None:
+    """In a job of kernel cells: start the job's worker or lane now, while this Snakemake still
+    builds its DAG, rather than when its first cell asks (a torch import, ~1.3 s on a 2-core node).
+    Only where the cells' server is known here: the worker; the CPU lane; the lane of a job's one GPU."""
+    if where != IN_CLUSTER_JOB or "kernel_cell" not in target_rules(workflow):
+        return
+    chosen = kernel_cell_isolation(config, where)
+    if chosen == "worker":
+        worker.prestart(worker.worker_key(), ["worker"])
+    elif chosen == "resident":
+        devices = [resident.CPU_LANE] if config["device"] != "cuda" else gpu_slots.visible_devices(config["gpus"])
+        if len(devices) == 1:
+            resident.prestart_lane(devices[0])
+
+
+def target_rules(workflow, argv: list[str] | None = None) -> set[str]:
+    """The rules of the jobs this Snakemake was started for (``--target-jobs RULE:WILDCARDS ...``,
+    how a cluster job's Snakemake is started).  Read from the command line: Snakemake hands its
+    DAG settings to the workflow only after the Snakefile is read."""
+    settings = getattr(workflow, "dag_settings", None)
+    if settings is not None and settings.target_jobs:
+        return {t.rulename for t in settings.target_jobs}
+    argv = sys.argv if argv is None else argv
+    rules, inside = set(), False
+    for arg in argv:
+        if arg.startswith("-"):
+            inside = arg == "--target-jobs"
+        elif inside and ":" in arg:
+            rules.add(arg.split(":", 1)[0])
+    return rules
+
+
+def scope_servers_to_job(where: str) -> None:
+    """Inside a cluster job: name this process (the job's Snakemake, which runs the group's cells
+    and ends with the job) as the anchor of any worker or lane its cells start
+    (``longca.execution.processes.job_scope``), so that each job has servers of its own and none
+    outlives it."""
+    if where == IN_CLUSTER_JOB:
+        os.environ[job_scope.ENV] = job_scope.here()
 
 
 def gpus(config: dict, where: str) -> int:

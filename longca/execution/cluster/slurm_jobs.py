@@ -4,8 +4,8 @@ Snakemake's SLURM executor turns a job's resources into ``sbatch`` flags (``thre
 ``cpus_per_task`` → ``--cpus-per-task``, ``mem_mb`` → ``--mem`` per node, ``gres`` → ``--gres`` per
 node, ``runtime`` → ``-t`` in minutes, ``slurm_extra`` verbatim).  Kernel cells travel in groups
 (the slurm profile's ``group-components``) to spread the queueing and start-up over several cells.
-Inside a group job the executor runs the cells one after another (one job step at a time, seen in
-tests/test_slurm.py), each on the job's GPU.  Snakemake packs a group's cells into layers that fit
+Inside a group job the job's own Snakemake runs the cells one after another, each on the job's GPU
+(``placement.cells_in_job_process``: no job step per cell).  Snakemake packs a group's cells into layers that fit
 ``--cores``, adds up the layers' ``runtime`` and takes the largest layer's other resources; with
 ``--cores`` set to one cell's CPUs (``placement.default_cores``) every layer is one cell, so a
 group job asks for one cell's CPUs, memory and GPU, and for the time of all its cells.

@@ -24,6 +24,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .job_scope import die_with_parent
+
 KILL_GRACE_S = 5.0
 
 
@@ -76,10 +78,12 @@ def cap_address_space(extra_bytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
-def _child(fn: Callable[[], Any], write_fd: int, memory_bytes: int | None, stdio: tuple[int, int] | None) -> None:
+def _child(fn: Callable[[], Any], write_fd: int, memory_bytes: int | None, stdio: tuple[int, int] | None,
+           parent: int) -> None:
     """Runs in the forked child; never returns."""
     code = 0
     try:
+        die_with_parent(parent)  # nobody would read its row: a killed client or worker takes it down
         os.setpgid(0, 0)  # its own group: a timeout kills helpers it started too
         if stdio is not None:
             os.dup2(stdio[0], 1)
@@ -126,10 +130,11 @@ def call(fn: Callable[[], Any], *, timeout_s: float | None = None, memory_bytes:
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
-        _child(fn, write_fd, memory_bytes, stdio)
+        _child(fn, write_fd, memory_bytes, stdio, parent)
     os.close(write_fd)
     try:
         os.setpgid(pid, pid)  # also here: no race with the child's own setpgid

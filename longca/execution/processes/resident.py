@@ -43,12 +43,12 @@ import sys
 import time
 from typing import Any
 
-from . import gpu_slots
+from . import gpu_slots, job_scope
 from ..measure import measure_cell
 from ..cache import store
 from .runner import failure_row, stamp
 from .wire import recv_msg, send_msg
-from .worker import DEFAULT_IDLE_S, WorkerError, start_server, worker_key
+from .worker import DEFAULT_IDLE_S, WorkerError, prestart, start_server, worker_key
 
 CPU_LANE = "cpu"
 # Errors after which a CUDA context is unusable: the process ends after its row and the next cell
@@ -66,6 +66,11 @@ def lane_name(device: str, environ: dict | None = None) -> str:
 
 
 # ---------------------------------------------------------------- client
+
+def prestart_lane(device: str) -> None:
+    """Start the lane of ``device`` ahead of its first cell (``longca.execution.processes.worker.prestart``)."""
+    prestart(lane_name(device), ["lane", "--device", device])
+
 
 def request(settings: dict[str, Any], *, cell_id: str, threads: int, timeout_s: float | None,
             memory_mb: int | None, gpus: int) -> dict[str, Any]:
@@ -155,11 +160,13 @@ class Lane:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         sys.stdout.flush()
         sys.stderr.flush()
+        lane = os.getpid()
         pid = os.fork()
         if pid == 0:
             parent.close()
             code = 0
             try:
+                job_scope.die_with_parent(lane)
                 _measuring_process(child, self.device)
             except BaseException:  # noqa: BLE001 — the lane sees the exit status
                 import traceback
@@ -195,9 +202,10 @@ class Lane:
 def serve(sock_path: str, device: str, idle_s: float | None = None) -> int:
     """The lane's loop: one client (one cell) at a time; exits after ``idle_s`` without one."""
     idle_s = float(os.environ.get("LONGCA_WORKER_IDLE_S", DEFAULT_IDLE_S)) if idle_s is None else idle_s
-    from .runner import preload
+    from .runner import preload, warm_fingerprints
 
     preload()  # imports only: the measuring process is forked from here, before any CUDA
+    warm_fingerprints()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(sock_path)
     server.listen(128)
@@ -205,10 +213,14 @@ def serve(sock_path: str, device: str, idle_s: float | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     lane = Lane(device)
     last_active = time.monotonic()
-    print(f"longca lane {os.getpid()} for device {device} serving {sock_path} (idle exit after {idle_s:g} s)",
-          flush=True)
+    scope = job_scope.current()  # inside a cluster job: the lane ends with the job
+    print(f"longca lane {os.getpid()} for device {device} serving {sock_path} (idle exit after {idle_s:g} s"
+          f"{f'; ends with job scope {scope}' if scope else ''})", flush=True)
     try:
         while time.monotonic() - last_active <= idle_s:
+            if scope and not job_scope.alive(scope):
+                print(f"longca lane {os.getpid()}: job scope {scope} ended; exiting", flush=True)
+                break
             try:
                 conn, _ = server.accept()
             except TimeoutError:

@@ -13,7 +13,9 @@ which runs ``longca.execution.processes.runner.measure`` (another fork: the meas
 memory cap) and replies; a client that hangs up (e.g. a killed Snakemake) kills its measurement.
 The worker exits after ``LONGCA_WORKER_IDLE_S`` seconds (default 120) without requests.  It runs
 on the node its first client ran on (socket under the node-local temp dir), so in a SLURM job
-that holds a group of cells the cells share one worker.
+that holds a group of cells the cells share one worker; there it is scoped to the job
+(``LONGCA_JOB_SCOPE``, ``longca.execution.processes.job_scope``): a worker of its own, which exits
+as soon as the job's Snakemake process is gone.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from ..cache import compile_cache, store
+from . import job_scope
 from .wire import recv_msg, send_msg
 
 PACKAGE = Path(__file__).resolve().parents[2]  # longca/: a worker serves the code of the whole package
@@ -133,6 +137,21 @@ def start_server(name: str, command: list[str]) -> socket.socket:
                           f"log {log_path}:\n{tail}")
 
 
+def prestart(name: str, command: list[str]) -> threading.Thread:
+    """Start the server ``name`` now, in a background thread of this process, for clients to come:
+    a cluster job's Snakemake does so while it builds its DAG, so the worker imports torch meanwhile.
+    The first client waits on the start lock, then connects; one that finds the server up uses it."""
+    def run() -> None:
+        try:
+            start_server(name, command).close()  # the server takes a connection without a message as a probe
+        except Exception as exc:  # noqa: BLE001 — the first client starts it again and says why it fails
+            print(f"LongCA: could not start the {command[0]} ahead of the cells: {exc}", file=sys.stderr)
+
+    thread = threading.Thread(target=run, name=f"longca-prestart-{command[0]}", daemon=True)
+    thread.start()
+    return thread
+
+
 def request(settings: dict[str, Any], *, cell_id: str, threads: int, timeout_s: float | None,
             memory_mb: int | None, gpus: int) -> dict[str, Any]:
     """Measure one cell in the warm worker; returns its row.  Never imports torch."""
@@ -154,7 +173,10 @@ def request(settings: dict[str, Any], *, cell_id: str, threads: int, timeout_s: 
 def _handle(conn: socket.socket) -> None:
     from .runner import Limits, measure
 
-    msg, fds = recv_msg(conn, max_fds=2)
+    try:
+        msg, fds = recv_msg(conn, max_fds=2)
+    except ConnectionError:
+        return  # a probe (``prestart``): connected, sent nothing
     limits = Limits(timeout_s=msg["timeout_s"], memory_mb=msg["memory_mb"], gpus=msg["gpus"])
     stdio = (fds[0], fds[1]) if len(fds) == 2 else None
     row = measure(msg["settings"], cell_id=msg["cell_id"], threads=msg["threads"], limits=limits,
@@ -164,9 +186,10 @@ def _handle(conn: socket.socket) -> None:
 
 def serve(sock_path: str, idle_s: float | None = None) -> int:
     idle_s = float(os.environ.get("LONGCA_WORKER_IDLE_S", DEFAULT_IDLE_S)) if idle_s is None else idle_s
-    from .runner import preload
+    from .runner import preload, warm_fingerprints
 
     preload()
+    warm_fingerprints()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(sock_path)
     server.listen(128)
@@ -175,13 +198,20 @@ def serve(sock_path: str, idle_s: float | None = None) -> int:
     handlers: set[int] = set()
     unlinked = False
     last_active = time.monotonic()
-    print(f"longca worker {os.getpid()} serving {sock_path} (idle exit after {idle_s:g} s)", flush=True)
+    scope = job_scope.current()
+    print(f"longca worker {os.getpid()} serving {sock_path} (idle exit after {idle_s:g} s"
+          f"{f'; ends with job scope {scope}' if scope else ''})", flush=True)
     try:
         while True:
             for pid in list(handlers):
                 if os.waitpid(pid, os.WNOHANG)[0]:
                     handlers.discard(pid)
                     last_active = time.monotonic()
+            if scope and not job_scope.alive(scope):
+                # The job ended: its cells' clients are gone, so are their handlers' measurements
+                # (each handler dies with this process, each measurement with its handler).
+                print(f"longca worker {os.getpid()}: job scope {scope} ended; exiting", flush=True)
+                return 0
             if not handlers and time.monotonic() - last_active > idle_s:
                 break
             try:
@@ -210,10 +240,12 @@ def serve(sock_path: str, idle_s: float | None = None) -> int:
 
 
 def _fork_handler(server: socket.socket, conn: socket.socket) -> int:
+    worker = os.getpid()
     pid = os.fork()
     if pid == 0:
         code = 0
         try:
+            job_scope.die_with_parent(worker)
             server.close()
             conn.setblocking(True)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -461,11 +461,11 @@ build_vsa() {  # what LongCA's vsa_triton calls, no CUDA build
 # csrc/attention/block_sparse_h100.cu (ThunderKittens at TK_COMMIT: the sdist lacks its include/tk
 # submodule), sm_90a, by scripts/build_vsa_ext.py.  A superset of `vsa` (vsa_triton runs from it too).
 build_vsa_cuda() {
-  local t0=$SECONDS d=$WORK/vsa
+  local t0=$SECONDS d=$WORK/vsa   # the compile's objects stay in $WORK/vsa-ext (stage_vsa empties $d)
   stage_vsa "its Python package + block_sparse_fwd/bwd (ThunderKittens, sm_90a; built by LongCA's build_kernels.sh)"
   git_export https://github.com/HazyResearch/ThunderKittens "$TK_COMMIT" "${TK_GIT_DIR:-}" "$d/tk" include prototype LICENSE
   TORCH_CUDA_ARCH_LIST=9.0a CUDA_VISIBLE_DEVICES="" $NICE "$PY" "$HERE/build_vsa_ext.py" \
-    "$d/fastvideo_kernel-$VSA_VERSION" "$d/tk" "$d/ext-build" "$d/wheel" > "$d/build.log" 2>&1 ||
+    "$d/fastvideo_kernel-$VSA_VERSION" "$d/tk" "$WORK/vsa-ext" "$d/wheel" > "$d/build.log" 2>&1 ||
     { tail -40 "$d/build.log"; exit 1; }
   cp "$d/tk/LICENSE" "$d/wheel/fastvideo_kernel-$VSA_VERSION.dist-info/LICENSE.ThunderKittens"
   pack_vsa cp312-cp312-linux_x86_64 false

@@ -51,6 +51,10 @@ CUDA_FLAGS = ["-DNDEBUG", "-O3", "-std=c++20", "--use_fast_math", "--expt-extend
               "-DTORCH_COMPILE", "-DKITTENS_HOPPER", "-gencode=arch=compute_90a,code=sm_90a",
               "-Xptxas=--warn-on-spills"]
 
+# --no-as-needed: the stub defines none of the driver calls, so the linker's default --as-needed would
+# drop libcuda.so.1 and the import would fail on cuGetErrorString & co. (seen in the first build).
+LINK_CUDA = ["-Wl,--no-as-needed", "-lcuda", "-Wl,--as-needed"]
+
 
 def cuda_stub(build: Path) -> Path:
     """A soname-only libcuda.so for the link (nothing of it is kept but the DT_NEEDED entry)."""
@@ -66,7 +70,8 @@ def main(sdist: Path, tk: Path, build: Path, package: Path) -> Path:
 
     build.mkdir(parents=True, exist_ok=True)
     binding = build / "vsa_binding.cpp"
-    binding.write_text(BINDING)
+    if not binding.exists() or binding.read_text() != BINDING:  # unchanged: ninja relinks at most
+        binding.write_text(BINDING)
     stubs = cuda_stub(build)
     t0 = time.time()
     try:
@@ -74,8 +79,8 @@ def main(sdist: Path, tk: Path, build: Path, package: Path) -> Path:
              build_directory=str(build), verbose=True, is_python_module=True,
              extra_include_paths=[str(tk / "include"), str(tk / "prototype"), str(sdist / "csrc")],
              extra_cflags=["-O3", "-std=c++20"], extra_cuda_cflags=CUDA_FLAGS,
-             extra_ldflags=[f"-L{stubs}", "-lcuda"])
-    except ImportError as exc:  # built; it needs libcuda.so.1, which a machine without a GPU lacks
+             extra_ldflags=[f"-L{stubs}", *LINK_CUDA])
+    except ImportError as exc:  # built; it needs libcuda.so.1, which a machine without a GPU driver lacks
         print("import after build (expected without a GPU driver):", exc, file=sys.stderr)
     dest = package / "fastvideo_kernel" / "_C" / (MODULE + sysconfig.get_config_var("EXT_SUFFIX"))
     dest.parent.mkdir(parents=True, exist_ok=True)

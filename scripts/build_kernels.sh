@@ -43,7 +43,7 @@
 #        strategy, asks for those where ranges do not overlap) are compiled there for sm_90a (JIT flags,
 #        via MagiAttention's own JitSpec), + magi_attn_ext
 #        (upstream CMake; here torch cpp_extension, same sources and flags, sm_90, + -fopenmp).  The
-#        forward mainloop's lambdas are marked always_inline (inline_ffa_fwd_lambdas says why).  No
+#        forward mainloop's lambdas are marked always_inline (inline_lambdas says why).  No
 #        magi_attn_comm (NVSHMEM group collectives, only for distributed attention).  Packed as a wheel
 #        (no csrc/cutlass: any other variant would need nvcc at first use and fails), + einops, debugpy,
 #        packaging.  18 min here, MAX_JOBS=1 and nothing beside it (magi_attn_ext 7 files 6.5 min; FFA
@@ -55,12 +55,15 @@
 #        sm_90a, bf16, hdim 128, forward + backward (causal and not); scripts/patch_flashmask.py drops
 #        hdim 64/256, the deterministic backward, local/varlen/cluster/append-KV and the API's sm_80 code
 #        (upstream already drops fp16/fp8/sm80/split/paged/softcap/packgqa).  5 compiled files.
-#        Build time: see docs/kernels.md (first build 2026-11-29); FLASHMASK_GIT_DIR: a local git dir.
+#        29 min here (MAX_JOBS=2, beside the vsa_cuda build and other workers' test runs, load 7-9;
+#        2026-11-29); FLASHMASK_INLINE_BWD=1: the backward's lambdas inlined (build_flashmask says why;
+#        recompiling the two backward files for it took 6 min on an idle machine).  FLASHMASK_GIT_DIR.
 #   vsa_cuda  fastvideo-kernel's package + fastvideo_kernel/_C/fastvideo_kernel_ops with only
 #        block_sparse_fwd/bwd: csrc/attention/block_sparse_h100.cu (PyPI sdist) + ThunderKittens at
 #        TK_COMMIT (the sdist lacks its include/tk submodule), upstream's flags + -DKITTENS_HOPPER, sm_90a,
 #        by scripts/build_vsa_ext.py; libcuda.so.1 through a soname-only stub.  One wheel (cp312) that
-#        replaces `vsa`'s.  Build time: see docs/kernels.md (first build 2026-11-29); TK_GIT_DIR: a local git dir.
+#        replaces `vsa`'s.  23 min here (MAX_JOBS=1, beside the flashmask build; 2026-11-29); a relink
+#        alone 1 min ($WORK/vsa-ext keeps the objects).  TK_GIT_DIR: a local git dir.
 #   vsa  fastvideo-kernel (FastVideo's Video Sparse Attention, VSA_VERSION): its Python package packed as
 #        a wheel from the PyPI sdist, without its CUDA extension, for LongCA's vsa_triton (Triton
 #        kernels, compiled on the GPU at first call) + einops.  Seconds.
@@ -266,6 +269,8 @@ build_te() {
 }
 
 # ---- FlashAttention-3 ------------------------------------------------------------------------------
+# A local git dir that lacks blobs outside the exported paths (a partial mirror) makes `git archive`
+# print "invalid object ..." for them; it still exits 0 with the named paths complete.
 git_export() {  # $1 url, $2 commit, $3 local git dir (may be empty), $4 dest, $5.. paths
   local url=$1 commit=$2 gd=$3 dest=$4; shift 4
   if [ -z "$gd" ]; then   # owner+name: Dao-AILab's and PaddlePaddle's flash-attention are different clones
@@ -301,6 +306,12 @@ build_flashmask() {
   s=$d/src/flashmask/flash_mask/flashmask_attention_v3
   git_export https://github.com/NVIDIA/cutlass "$FLASHMASK_CUTLASS_COMMIT" "${CUTLASS_GIT_DIR:-}" "$s/cutlass" include
   "$PY" "$HERE/patch_flashmask.py" "$s" "$FLASHMASK_VERSION"
+  # CUDA 13.0 leaves the backward mainloop's bwd_step lambda a called function in most of its variants
+  # (ptxas: 12 C7510/C7520 "wgmma serialized" warnings, 1088-1104-byte stack frames in 12 functions),
+  # as it did FFA's forward.  Marking the lambdas always_inline (FLASHMASK_INLINE_BWD=1) removes the
+  # C7519/C7520 and the 1 KB frames but gives 8 C7510 and 8 functions with 560-576-byte frames: which
+  # runs faster is for a GPU to say, so the default build keeps upstream's code.  The forward has none.
+  [ -z "${FLASHMASK_INLINE_BWD:-}" ] || inline_lambdas "$s/mainloop_bwd_sm90_tma_gmma_ws.hpp"
   cp "$d/src/LICENSE" "$s/"
   ( cd "$s" &&
     FLASH_MASK_V3_FORCE_BUILD=TRUE TORCH_CUDA_ARCH_LIST=9.0a NVCC_THREADS=1 \
@@ -376,7 +387,7 @@ EOF
 # 960-byte stack, 35-43 TFLOPs/s on an H200 (docs/results/README.md).  Marking every lambda of that
 # file always_inline gives 12 waits for 96 HGMMA and 16 bytes of stack (cuobjdump -sass), as FA3's
 # forward has.  Nothing else changes: the same code, inlined.  The backward kernel is not affected.
-inline_ffa_fwd_lambdas() {  # $1: mainloop_fwd_sm90_tma_gmma_ws.hpp
+inline_lambdas() {  # $1: a mainloop header (FFA's forward; FlashMask's backward with FLASHMASK_INLINE_BWD=1)
   "$PY" - "$1" <<'EOF'
 import re, sys
 path = sys.argv[1]
@@ -398,7 +409,7 @@ build_ffa() {
     "$d/src/magi_attention/csrc/cutlass" include tools/util/include
   write_ffa_tools "$d/tools"
   s=$d/src
-  inline_ffa_fwd_lambdas "$s/magi_attention/csrc/flexible_flash_attention/mainloop_fwd_sm90_tma_gmma_ws.hpp"
+  inline_lambdas "$s/magi_attention/csrc/flexible_flash_attention/mainloop_fwd_sm90_tma_gmma_ws.hpp"
   ( cd "$d" &&
     TORCH_CUDA_ARCH_LIST=9.0 $NICE "$PY" tools/build_ext.py "$s" "$d/ext-build" > "$d/build_ext.log" 2>&1 &&
     TORCH_CUDA_ARCH_LIST=9.0a NVCC_THREADS=1 MAGI_ATTENTION_WORKSPACE_BASE=$d/ws \
@@ -622,6 +633,11 @@ write_install_txt() {  # $1: number of parts
         echo "  FFA smoke test (vs float32 SDPA, fwd+bwd, no compile at first call): python3 $rel/check/check_ffa.py"
     fi
     echo
+    if have flashmask- || ls "$OUT"/wheels/fastvideo_kernel-*-cp312-*.whl >/dev/null 2>&1; then
+      echo "Check FlashMask / VSA's CUDA kernel (the correctness gate, every mask they take, fwd + bwd, 64:8 GQA, head dim 128):"
+      echo "  PYTHONPATH=/tmp/site:\$PYTHONPATH python -m longca check --kernels flashmask vsa_cuda --seqlen 1024 --heads-q 64 --heads-kv 8 --head-dim 128"
+      echo
+    fi
     if [ -f "$OUT/check/check_kernels.py" ]; then
       echo "Smoke test (FA2/FA3/TE vs a float32 reference, fwd+bwd): carry $rel/check too and run"
       echo "  PYTHONPATH=/tmp/site:\$PYTHONPATH python3 $rel/check/check_kernels.py [fa2] [fa3] [te]"
@@ -640,7 +656,7 @@ describe() {
     te) echo "te: transformer_engine_torch $TE_VERSION (PyPI sdist) + transformer_engine_cu13 $TE_VERSION core wheel (sm_90 kept) -> wheels/transformer_engine*.whl" ;;
     fa3) echo "fa3: Dao-AILab/flash-attention@$FA3_COMMIT hopper/ + NVIDIA/cutlass@$CUTLASS_COMMIT include/, sm_90a; FLASH_ATTENTION_DISABLE_ $(echo $FA3_FLAGS) -> wheels/flash_attn_3-*.whl" ;;
     ffa) echo "ffa: SandAI-org/MagiAttention@$MAGI_COMMIT + NVIDIA/cutlass@$MAGI_CUTLASS_COMMIT, sm_90a AOT kernels -> wheels/magi_attention-$MAGI_VERSION-*.whl" ;;
-    flashmask) echo "flashmask: PaddlePaddle/flash-attention@$FLASHMASK_COMMIT flashmask/flash_mask/flashmask_attention_v3 + NVIDIA/cutlass@$FLASHMASK_CUTLASS_COMMIT include/ (git dirs: ${FLASHMASK_GIT_DIR:-clone} ${CUTLASS_GIT_DIR:-clone}); scripts/patch_flashmask.py: bf16, hdim 128, fwd + bwd, sm_90a -> wheels/flashmask-$FLASHMASK_VERSION-cp39-abi3-linux_x86_64.whl (package flashmask, extension flashmask._C = torch.ops.flashmask)" ;;
+    flashmask) echo "flashmask: PaddlePaddle/flash-attention@$FLASHMASK_COMMIT flashmask/flash_mask/flashmask_attention_v3 + NVIDIA/cutlass@$FLASHMASK_CUTLASS_COMMIT include/ (git dirs: ${FLASHMASK_GIT_DIR:-clone} ${CUTLASS_GIT_DIR:-clone}); scripts/patch_flashmask.py: bf16, hdim 128, fwd + bwd, sm_90a${FLASHMASK_INLINE_BWD:+, backward lambdas inlined} -> wheels/flashmask-$FLASHMASK_VERSION-cp39-abi3-linux_x86_64.whl (package flashmask, extension flashmask._C = torch.ops.flashmask)" ;;
     vsa) echo "vsa: fastvideo-kernel $VSA_VERSION (PyPI sdist), Python package only -> wheels/fastvideo_kernel-$VSA_VERSION-py3-none-any.whl + einops" ;;
     vsa_cuda) echo "vsa_cuda: fastvideo-kernel $VSA_VERSION (PyPI sdist) csrc/attention/block_sparse_h100.cu + HazyResearch/ThunderKittens@$TK_COMMIT (git dir: ${TK_GIT_DIR:-clone}); scripts/build_vsa_ext.py, sm_90a -> wheels/fastvideo_kernel-$VSA_VERSION-cp312-cp312-linux_x86_64.whl (fastvideo_kernel._C.fastvideo_kernel_ops: block_sparse_fwd/bwd) + einops" ;;
     flashinfer) echo "flashinfer: flashinfer-python $FLASHINFER_VERSION (PyPI wheel), batch-prefill module prebuilt for sm_90a -> wheels/flashinfer-$FLASHINFER_VERSION-sm90a.tar.xz + apache-tvm-ffi $TVM_FFI_VERSION" ;;

@@ -7,6 +7,8 @@
 #   bash scripts/build_kernels.sh OUT_DIR [fa2] [te] [fa3]      (default: all three)
 #   bash scripts/build_kernels.sh OUT_DIR pack                  (only re-pack OUT_DIR/wheels)
 #   OUT_REL=.gpu-bundles/ffa bash scripts/build_kernels.sh .gpu-bundles/ffa ffa   (MagiAttention FFA: own OUT_DIR)
+#   bash scripts/build_kernels.sh OUT_DIR flashmask vsa_cuda    (FlashMask V3's torch binding, VSA's CUDA kernel)
+#   bash scripts/build_kernels.sh OUT_DIR LIBRARY... --dry-run  (what each would be built from and into; nothing done)
 #
 # Needs: Linux x86_64, a Python 3.12 (python3.12 on PATH, pyenv, or PY312=/path/to/python3.12), gcc,
 # git, xz, network to PyPI (and github.com for fa3, unless FA3_GIT_DIR/CUTLASS_GIT_DIR name local
@@ -41,12 +43,27 @@
 #        strategy, asks for those where ranges do not overlap) are compiled there for sm_90a (JIT flags,
 #        via MagiAttention's own JitSpec), + magi_attn_ext
 #        (upstream CMake; here torch cpp_extension, same sources and flags, sm_90, + -fopenmp).  The
-#        forward mainloop's lambdas are marked always_inline (inline_ffa_fwd_lambdas says why).  No
+#        forward mainloop's lambdas are marked always_inline (inline_lambdas says why).  No
 #        magi_attn_comm (NVSHMEM group collectives, only for distributed attention).  Packed as a wheel
 #        (no csrc/cutlass: any other variant would need nvcc at first use and fails), + einops, debugpy,
 #        packaging.  18 min here, MAX_JOBS=1 and nothing beside it (magi_attn_ext 7 files 6.5 min; FFA
 #        3 common files + fwd 6 min, bwd 2.5 min); MAGI_GIT_DIR / CUTLASS_GIT_DIR: local git dirs.
 #        Also the two auto_range_merge variants (fwd + bwd) that LongCA's ffa_block_sparse asks for.
+#   flashmask  FlashMask V3's PyTorch binding (PaddlePaddle/flash-attention flashmask_attention_v3 at
+#        FLASHMASK_COMMIT, setup_torch.py; CUTLASS at its submodule commit, v3.8.0): package flashmask
+#        (flashmask_attention = upstream's interface_torch) + extension flashmask._C (torch.ops.flashmask);
+#        sm_90a, bf16, hdim 128, forward + backward (causal and not); scripts/patch_flashmask.py drops
+#        hdim 64/256, the deterministic backward, local/varlen/cluster/append-KV and the API's sm_80 code
+#        (upstream already drops fp16/fp8/sm80/split/paged/softcap/packgqa).  5 compiled files.
+#        29 min here (MAX_JOBS=2, beside the vsa_cuda build and other workers' test runs, load 7-9;
+#        2026-11-29); FLASHMASK_INLINE_BWD=1: the backward's lambdas inlined (build_flashmask says why;
+#        recompiling the two backward files for it took 6 min on an idle machine).  FLASHMASK_GIT_DIR.
+#   vsa_cuda  fastvideo-kernel's package + fastvideo_kernel/_C/fastvideo_kernel_ops with only
+#        block_sparse_fwd/bwd: csrc/attention/block_sparse_h100.cu (PyPI sdist) + ThunderKittens at
+#        TK_COMMIT (the sdist lacks its include/tk submodule), upstream's flags + -DKITTENS_HOPPER, sm_90a,
+#        by scripts/build_vsa_ext.py; libcuda.so.1 through a soname-only stub.  One wheel (cp312) that
+#        replaces `vsa`'s.  23 min here (MAX_JOBS=1, beside the flashmask build; 2026-11-29); a relink
+#        alone 1 min ($WORK/vsa-ext keeps the objects).  TK_GIT_DIR: a local git dir.
 #   vsa  fastvideo-kernel (FastVideo's Video Sparse Attention, VSA_VERSION): its Python package packed as
 #        a wheel from the PyPI sdist, without its CUDA extension, for LongCA's vsa_triton (Triton
 #        kernels, compiled on the GPU at first call) + einops.  Seconds.
@@ -64,9 +81,16 @@
 # Times: this container (2 cores, 24 GB; nice 19, MAX_JOBS=2), 2026-11-25, sources and toolchain
 # already downloaded; the first run also downloads ~4 GB (torch 2.11.0 + CUDA 13.0 wheels).
 set -euo pipefail
-OUT=${1:?usage: build_kernels.sh OUT_DIR [fa2] [te] [fa3] [pack]}; shift || true
-LIBS=${*:-fa2 te fa3}
-mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+OUT=${1:?usage: build_kernels.sh OUT_DIR [LIBRARY...] [--dry-run]}; shift || true
+DRY_RUN=; NAMED=()
+for arg in "$@"; do if [ "$arg" = --dry-run ]; then DRY_RUN=1; else NAMED+=("$arg"); fi; done
+LIBS=${NAMED[*]:-fa2 te fa3}
+KNOWN="fa2 te fa3 ffa flashmask vsa vsa_cuda flashinfer pack"
+# Every name is checked before anything is downloaded or built (the toolchain alone is ~4 GB).
+for lib in $LIBS; do
+  case " $KNOWN " in *" $lib "*) ;; *) echo "unknown library $lib (${KNOWN// /, })" >&2; exit 2 ;; esac
+done
+[ -n "$DRY_RUN" ] || { mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd); }
 HERE=$(cd "$(dirname "$0")" && pwd)
 WORK=${KERNEL_BUILD_DIR:-$OUT/build}
 export MAX_JOBS=${MAX_JOBS:-2}
@@ -95,7 +119,12 @@ CUTLASS_COMMIT=7127592069c2fe01b041e174ba4345ef9b279671   # its csrc/cutlass sub
 MAGI_COMMIT=2c6413571c2cac6a80d1f85a434c6713fe0f5286      # MagiAttention main, 2026-05-28
 MAGI_CUTLASS_COMMIT=81a43e6d92cdd8c20d22392f9579604ed5f710a1   # its magi_attention/csrc/cutlass submodule
 MAGI_VERSION=1.1.1+g2c64135     # versioningit's default-version + commit (no git work tree here)
+FLASHMASK_COMMIT=9985af538d20bd7a56c7a5f5ea13294d454a011a  # PaddlePaddle/flash-attention main, 2026-08-17
+FLASHMASK_CUTLASS_COMMIT=afa1772203677c5118fcd82537a9c8fefbcc7008  # its flashmask_attention_v3/cutlass submodule (v3.8.0)
+FLASHMASK_VERSION=3.0.0b1+g9985af5   # setup_torch.py's version + commit
 VSA_VERSION=0.3.5               # fastvideo-kernel (FastVideo's VSA): its Python package, Triton kernels only
+TK_COMMIT=6c27e28c8115d1839d9eeeb530913c184a75fc87   # ThunderKittens: FastVideo's fastvideo-kernel/include/tk submodule
+                                # (unchanged from 2025-12-26 to 2026-08-21, the 0.3.x releases)
 FLASHINFER_VERSION=0.7.2.post1  # flashinfer-python (its wheel: Python + JIT sources)
 TVM_FFI_VERSION=0.1.15.post2    # apache-tvm-ffi, FlashInfer's module ABI (cp312 wheel)
 # What `import flashinfer` needs besides torch, and the GPU machine had: requests, nvidia-ml-py, tqdm,
@@ -240,10 +269,12 @@ build_te() {
 }
 
 # ---- FlashAttention-3 ------------------------------------------------------------------------------
+# A local git dir that lacks blobs outside the exported paths (a partial mirror) makes `git archive`
+# print "invalid object ..." for them; it still exits 0 with the named paths complete.
 git_export() {  # $1 url, $2 commit, $3 local git dir (may be empty), $4 dest, $5.. paths
   local url=$1 commit=$2 gd=$3 dest=$4; shift 4
-  if [ -z "$gd" ]; then
-    gd=$WORK/git/$(basename "$url" .git).git
+  if [ -z "$gd" ]; then   # owner+name: Dao-AILab's and PaddlePaddle's flash-attention are different clones
+    gd=$WORK/git/$(basename "$(dirname "$url")")+$(basename "$url" .git).git
     [ -d "$gd" ] || git clone -q --bare --filter=blob:none "$url" "$gd"
     git --git-dir="$gd" cat-file -e "$commit" 2>/dev/null || git --git-dir="$gd" fetch -q origin "$commit"
   fi
@@ -262,6 +293,31 @@ build_fa3() {
       $NICE $PIP wheel -v --no-build-isolation --no-deps -w "$OUT/wheels" . > "$d/build.log" 2>&1 ) ||
     { tail -40 "$d/build.log"; exit 1; }
   log "fa3 built in $(( (SECONDS - t0) / 60 )) min"
+}
+
+# ---- FlashMask V3, its PyTorch binding ----------------------------------------------------------------
+# PaddlePaddle/flash-attention's flashmask_attention_v3 with setup_torch.py: module flashmask._C
+# (torch.ops.flashmask.fwd/bwd), restricted by scripts/patch_flashmask.py (bf16, head dim 128, fwd + bwd).
+build_flashmask() {
+  local d=$WORK/flashmask t0=$SECONDS s
+  rm -rf "$d" && mkdir -p "$d"
+  git_export https://github.com/PaddlePaddle/flash-attention "$FLASHMASK_COMMIT" "${FLASHMASK_GIT_DIR:-}" "$d/src" \
+    flashmask/flash_mask/flashmask_attention_v3 LICENSE
+  s=$d/src/flashmask/flash_mask/flashmask_attention_v3
+  git_export https://github.com/NVIDIA/cutlass "$FLASHMASK_CUTLASS_COMMIT" "${CUTLASS_GIT_DIR:-}" "$s/cutlass" include
+  "$PY" "$HERE/patch_flashmask.py" "$s" "$FLASHMASK_VERSION"
+  # CUDA 13.0 leaves the backward mainloop's bwd_step lambda a called function in most of its variants
+  # (ptxas: 12 C7510/C7520 "wgmma serialized" warnings, 1088-1104-byte stack frames in 12 functions),
+  # as it did FFA's forward.  Marking the lambdas always_inline (FLASHMASK_INLINE_BWD=1) removes the
+  # C7519/C7520 and the 1 KB frames but gives 8 C7510 and 8 functions with 560-576-byte frames: which
+  # runs faster is for a GPU to say, so the default build keeps upstream's code.  The forward has none.
+  [ -z "${FLASHMASK_INLINE_BWD:-}" ] || inline_lambdas "$s/mainloop_bwd_sm90_tma_gmma_ws.hpp"
+  cp "$d/src/LICENSE" "$s/"
+  ( cd "$s" &&
+    FLASH_MASK_V3_FORCE_BUILD=TRUE TORCH_CUDA_ARCH_LIST=9.0a NVCC_THREADS=1 \
+      $NICE $PIP wheel -v --no-build-isolation --no-deps -w "$OUT/wheels" . > "$d/build.log" 2>&1 ) ||
+    { tail -40 "$d/build.log"; exit 1; }
+  log "flashmask built in $(( (SECONDS - t0) / 60 )) min"
 }
 
 # ---- MagiAttention FFA ------------------------------------------------------------------------------
@@ -331,7 +387,7 @@ EOF
 # 960-byte stack, 35-43 TFLOPs/s on an H200 (docs/results/README.md).  Marking every lambda of that
 # file always_inline gives 12 waits for 96 HGMMA and 16 bytes of stack (cuobjdump -sass), as FA3's
 # forward has.  Nothing else changes: the same code, inlined.  The backward kernel is not affected.
-inline_ffa_fwd_lambdas() {  # $1: mainloop_fwd_sm90_tma_gmma_ws.hpp
+inline_lambdas() {  # $1: a mainloop header (FFA's forward; FlashMask's backward with FLASHMASK_INLINE_BWD=1)
   "$PY" - "$1" <<'EOF'
 import re, sys
 path = sys.argv[1]
@@ -353,7 +409,7 @@ build_ffa() {
     "$d/src/magi_attention/csrc/cutlass" include tools/util/include
   write_ffa_tools "$d/tools"
   s=$d/src
-  inline_ffa_fwd_lambdas "$s/magi_attention/csrc/flexible_flash_attention/mainloop_fwd_sm90_tma_gmma_ws.hpp"
+  inline_lambdas "$s/magi_attention/csrc/flexible_flash_attention/mainloop_fwd_sm90_tma_gmma_ws.hpp"
   ( cd "$d" &&
     TORCH_CUDA_ARCH_LIST=9.0 $NICE "$PY" tools/build_ext.py "$s" "$d/ext-build" > "$d/build_ext.log" 2>&1 &&
     TORCH_CUDA_ARCH_LIST=9.0a NVCC_THREADS=1 MAGI_ATTENTION_WORKSPACE_BASE=$d/ws \
@@ -376,8 +432,8 @@ build_ffa() {
   log "ffa built in $(( (SECONDS - t0) / 60 )) min"
 }
 
-# ---- FastVideo's VSA, Triton kernels only -----------------------------------------------------------------
-build_vsa() {  # fastvideo-kernel's Python package as a wheel: what LongCA's vsa_triton calls, no CUDA build
+# ---- FastVideo's VSA: its Python package (Triton kernels), and its ThunderKittens kernel -------------------
+stage_vsa() {  # $1: what the wheel holds (METADATA's summary) -> $WORK/vsa/wheel, the package staged
   local d=$WORK/vsa w di
   rm -rf "$d" && mkdir -p "$d"
   # the sdist itself, from PyPI's simple index (pip download would build its CUDA extension's metadata)
@@ -395,11 +451,36 @@ EOF
   mkdir -p "$di" && cp -r "$d/fastvideo_kernel-$VSA_VERSION/python/fastvideo_kernel" "$w/"
   cp "$d/fastvideo_kernel-$VSA_VERSION/LICENSE" "$di/"
   find "$w" -name __pycache__ -prune -exec rm -rf {} +
-  printf 'Metadata-Version: 2.1\nName: fastvideo-kernel\nVersion: %s\nSummary: fastvideo-kernel %s, its Python package only (Triton kernels; no compiled extension)\nRequires-Python: >=3.10\n' \
-    "$VSA_VERSION" "$VSA_VERSION" > "$di/METADATA"
-  printf 'Wheel-Version: 1.0\nGenerator: build_kernels.sh\nRoot-Is-Purelib: true\nTag: py3-none-any\n' > "$di/WHEEL"
-  mkdir -p "$OUT/wheels" && "$PY" -m wheel pack -d "$OUT/wheels" "$w" >&2
+  printf 'Metadata-Version: 2.1\nName: fastvideo-kernel\nVersion: %s\nSummary: fastvideo-kernel %s, %s\nRequires-Python: >=3.10\n' \
+    "$VSA_VERSION" "$VSA_VERSION" "$1" > "$di/METADATA"
+}
+
+pack_vsa() {  # $1: wheel tag, $2: purelib (true/false)
+  printf 'Wheel-Version: 1.0\nGenerator: build_kernels.sh\nRoot-Is-Purelib: %s\nTag: %s\n' "$2" "$1" \
+    > "$WORK/vsa/wheel/fastvideo_kernel-$VSA_VERSION.dist-info/WHEEL"
+  mkdir -p "$OUT/wheels" && rm -f "$OUT"/wheels/fastvideo_kernel-*.whl   # one fastvideo-kernel wheel: the last built
+  "$PY" -m wheel pack -d "$OUT/wheels" "$WORK/vsa/wheel" >&2
   $PIP download -q --no-deps --only-binary=:all: --python-version 3.12 --platform any -d "$OUT/wheels" einops==0.8.2
+}
+
+build_vsa() {  # what LongCA's vsa_triton calls, no CUDA build
+  stage_vsa "its Python package only (Triton kernels; no compiled extension)"
+  pack_vsa py3-none-any true
+}
+
+# vsa_cuda: the same package + fastvideo_kernel/_C/fastvideo_kernel_ops with block_sparse_fwd/bwd from
+# csrc/attention/block_sparse_h100.cu (ThunderKittens at TK_COMMIT: the sdist lacks its include/tk
+# submodule), sm_90a, by scripts/build_vsa_ext.py.  A superset of `vsa` (vsa_triton runs from it too).
+build_vsa_cuda() {
+  local t0=$SECONDS d=$WORK/vsa   # the compile's objects stay in $WORK/vsa-ext (stage_vsa empties $d)
+  stage_vsa "its Python package + block_sparse_fwd/bwd (ThunderKittens, sm_90a; built by LongCA's build_kernels.sh)"
+  git_export https://github.com/HazyResearch/ThunderKittens "$TK_COMMIT" "${TK_GIT_DIR:-}" "$d/tk" include prototype LICENSE
+  TORCH_CUDA_ARCH_LIST=9.0a CUDA_VISIBLE_DEVICES="" $NICE "$PY" "$HERE/build_vsa_ext.py" \
+    "$d/fastvideo_kernel-$VSA_VERSION" "$d/tk" "$WORK/vsa-ext" "$d/wheel" > "$d/build.log" 2>&1 ||
+    { tail -40 "$d/build.log"; exit 1; }
+  cp "$d/tk/LICENSE" "$d/wheel/fastvideo_kernel-$VSA_VERSION.dist-info/LICENSE.ThunderKittens"
+  pack_vsa cp312-cp312-linux_x86_64 false
+  log "vsa_cuda built in $(( (SECONDS - t0) / 60 )) min"
 }
 
 # ---- FlashInfer, its block-sparse prefill module prebuilt --------------------------------------------------
@@ -535,6 +616,9 @@ write_install_txt() {  # $1: number of parts
     have flash_attn- && echo "  FA2: flash_attn (flash_attn_func, flash_attn_varlen_func), extension flash_attn_2_cuda"
     have flash_attn_3 && echo "  FA3: flash_attn_interface (flash_attn_func, flash_attn_varlen_func), extension flash_attn_3._C (torch.ops.flash_attn_3)"
     have transformer_engine_torch && echo "  TE:  transformer_engine.pytorch (DotProductAttention), extension transformer_engine_torch, core transformer_engine/wheel_lib/libtransformer_engine.so"
+    have flashmask- && echo "  FlashMask V3: flashmask (flashmask_attention), extension flashmask._C (torch.ops.flashmask.fwd/bwd); bf16, head dim 128, sm_90a (LongCA kernel flashmask)"
+    ls "$OUT"/wheels/fastvideo_kernel-*-cp312-*.whl >/dev/null 2>&1 &&
+      echo "  VSA: fastvideo_kernel (block_sparse_attn), extension fastvideo_kernel._C.fastvideo_kernel_ops (block_sparse_fwd/bwd, ThunderKittens sm_90a; LongCA kernels vsa_cuda, vsa_triton)"
     if have magi_attention; then
       echo "  FFA: magi_attention.functional.flex_flash_attn_func (MagiAttention $MAGI_COMMIT), extension"
       echo "       magi_attention.magi_attn_ext; kernels magi_attention/lib/<uri>/<uri>.so, loaded at first call:"
@@ -549,6 +633,11 @@ write_install_txt() {  # $1: number of parts
         echo "  FFA smoke test (vs float32 SDPA, fwd+bwd, no compile at first call): python3 $rel/check/check_ffa.py"
     fi
     echo
+    if have flashmask- || ls "$OUT"/wheels/fastvideo_kernel-*-cp312-*.whl >/dev/null 2>&1; then
+      echo "Check FlashMask / VSA's CUDA kernel (the correctness gate, every mask they take, fwd + bwd, 64:8 GQA, head dim 128):"
+      echo "  PYTHONPATH=/tmp/site:\$PYTHONPATH python -m longca check --kernels flashmask vsa_cuda --seqlen 1024 --heads-q 64 --heads-kv 8 --head-dim 128"
+      echo
+    fi
     if [ -f "$OUT/check/check_kernels.py" ]; then
       echo "Smoke test (FA2/FA3/TE vs a float32 reference, fwd+bwd): carry $rel/check too and run"
       echo "  PYTHONPATH=/tmp/site:\$PYTHONPATH python3 $rel/check/check_kernels.py [fa2] [fa3] [te]"
@@ -559,6 +648,28 @@ write_install_txt() {  # $1: number of parts
   } > "$OUT/INSTALL.txt"
 }
 
+# --dry-run: what each named library would be built from and into, and nothing done (no toolchain,
+# no download, no OUT_DIR).
+describe() {
+  case $1 in
+    fa2) echo "fa2: flash-attn $FA2_VERSION (PyPI sdist), SASS for sm_${FA2_ARCHS//;/ + sm_}, hdim 128 bf16 -> wheels/flash_attn-*.whl" ;;
+    te) echo "te: transformer_engine_torch $TE_VERSION (PyPI sdist) + transformer_engine_cu13 $TE_VERSION core wheel (sm_90 kept) -> wheels/transformer_engine*.whl" ;;
+    fa3) echo "fa3: Dao-AILab/flash-attention@$FA3_COMMIT hopper/ + NVIDIA/cutlass@$CUTLASS_COMMIT include/, sm_90a; FLASH_ATTENTION_DISABLE_ $(echo $FA3_FLAGS) -> wheels/flash_attn_3-*.whl" ;;
+    ffa) echo "ffa: SandAI-org/MagiAttention@$MAGI_COMMIT + NVIDIA/cutlass@$MAGI_CUTLASS_COMMIT, sm_90a AOT kernels -> wheels/magi_attention-$MAGI_VERSION-*.whl" ;;
+    flashmask) echo "flashmask: PaddlePaddle/flash-attention@$FLASHMASK_COMMIT flashmask/flash_mask/flashmask_attention_v3 + NVIDIA/cutlass@$FLASHMASK_CUTLASS_COMMIT include/ (git dirs: ${FLASHMASK_GIT_DIR:-clone} ${CUTLASS_GIT_DIR:-clone}); scripts/patch_flashmask.py: bf16, hdim 128, fwd + bwd, sm_90a${FLASHMASK_INLINE_BWD:+, backward lambdas inlined} -> wheels/flashmask-$FLASHMASK_VERSION-cp39-abi3-linux_x86_64.whl (package flashmask, extension flashmask._C = torch.ops.flashmask)" ;;
+    vsa) echo "vsa: fastvideo-kernel $VSA_VERSION (PyPI sdist), Python package only -> wheels/fastvideo_kernel-$VSA_VERSION-py3-none-any.whl + einops" ;;
+    vsa_cuda) echo "vsa_cuda: fastvideo-kernel $VSA_VERSION (PyPI sdist) csrc/attention/block_sparse_h100.cu + HazyResearch/ThunderKittens@$TK_COMMIT (git dir: ${TK_GIT_DIR:-clone}); scripts/build_vsa_ext.py, sm_90a -> wheels/fastvideo_kernel-$VSA_VERSION-cp312-cp312-linux_x86_64.whl (fastvideo_kernel._C.fastvideo_kernel_ops: block_sparse_fwd/bwd) + einops" ;;
+    flashinfer) echo "flashinfer: flashinfer-python $FLASHINFER_VERSION (PyPI wheel), batch-prefill module prebuilt for sm_90a -> wheels/flashinfer-$FLASHINFER_VERSION-sm90a.tar.xz + apache-tvm-ffi $TVM_FFI_VERSION" ;;
+    pack) echo "pack: re-pack OUT_DIR/wheels" ;;
+  esac
+}
+if [ -n "$DRY_RUN" ]; then
+  echo "toolchain: $V (Python 3.12; torch $TORCH_VERSION+cu130, CUDA $CUDA_TOOLKIT from PyPI; MAX_JOBS=$MAX_JOBS, $NICE)"
+  for lib in $LIBS; do describe "$lib"; done
+  echo "then: OUT_DIR/part1..N (<= $PART_BYTES bytes each) + install_kernels.sh + INSTALL.txt in $OUT"
+  exit 0
+fi
+
 toolchain
 for lib in $LIBS; do
   case $lib in
@@ -566,10 +677,11 @@ for lib in $LIBS; do
     te) build_te ;;
     fa3) build_fa3 ;;
     ffa) build_ffa ;;
+    flashmask) build_flashmask ;;
     vsa) build_vsa ;;
+    vsa_cuda) build_vsa_cuda ;;
     flashinfer) build_flashinfer ;;
     pack) ;;  # only (re)pack what OUT_DIR/wheels holds
-    *) echo "unknown library $lib (fa2, te, fa3, ffa, vsa, flashinfer)" >&2; exit 2 ;;
   esac
 done
 pack

@@ -175,12 +175,15 @@ def test_a_sparse_kernels_key_covers_its_mask_and_parent_modules_and_no_other_ke
     assert {p.name for p in kernels.source_files("flex_block_sparse")} == {"flex_block_sparse.py", "flex.py",
                                                                            "head_blocks.py"}
     assert {p.name for p in kernels.source_files("vsa_triton")} == {"vsa_triton.py", "head_blocks.py"}
+    assert {p.name for p in kernels.source_files("vsa_cuda")} == {"vsa_cuda.py", "vsa_triton.py", "head_blocks.py"}
     assert {p.name for p in kernels.source_files("flashinfer_block_sparse")} == {"flashinfer_block_sparse.py",
                                                                                  "head_blocks.py"}
-    # FlashMask's key covers its mask conversion (attention/flashmask.py), which no other key does.
+    # FlashMask's key covers its mask conversion (attention/flashmask.py) and its Paddle path, which no
+    # other key does.
     package = kernels.source_file("flashmask").parents[1]
     assert {p.relative_to(package).as_posix() for p in kernels.source_files("flashmask")} == {
-        "kernels/flashmask.py", "attention/flashmask.py"}
+        "kernels/flashmask.py", "attention/flashmask.py", "kernels/_flashmask_paddle.py"}
     for name in kernels.names():
-        if name not in ("ffa_block_sparse", "flex_block_sparse", "vsa_triton", "flashinfer_block_sparse", "flashmask"):
+        if name not in ("ffa_block_sparse", "flex_block_sparse", "vsa_triton", "vsa_cuda", "flashinfer_block_sparse",
+                        "flashmask"):
             assert kernels.source_files(name) == [kernels.source_file(name)], name

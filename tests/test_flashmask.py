@@ -65,6 +65,7 @@ def _stand_in_flashmask(query, key, value, startend_row_indices=None, *, causal=
 
 @pytest.fixture
 def flashmask(monkeypatch):
+    monkeypatch.setitem(sys.modules, "flashmask", None)  # Paddle's path: no PyTorch binding here
     install_library(monkeypatch, "paddle.nn.functional", flashmask_attention=_stand_in_flashmask)
     paddle = sys.modules["paddle"]
     paddle.__version__, paddle.is_compiled_with_cuda = "3.1.0", lambda: True

@@ -23,7 +23,7 @@ def test_gpu_config_is_the_paper_scale_grid():
     # (Paddle's: added by `--config kernels=[...]` where a Paddle GPU build is; in the grid it would
     # leave every published table 448 cells short of complete).
     per_head_only = {n for n in kernels.names() if getattr(kernels.get(n), "head_masks", False)}
-    assert per_head_only == {"ffa_block_sparse", "flex_block_sparse", "vsa_triton", "flashinfer_block_sparse"}
+    assert per_head_only == {"ffa_block_sparse", "flex_block_sparse", "vsa_triton", "vsa_cuda", "flashinfer_block_sparse"}
     assert set(cfg["kernels"]) == set(kernels.names()) - {"sdpa_math", "flashmask"} - per_head_only - {
         n for n in kernels.names() if n.startswith("test_")}
     assert {e.name for e in config.mask_entries(cfg)} == set(masks.PATTERNS)

@@ -8,7 +8,7 @@ its four 64-token tiles, the same attended pairs; so are variable tiles), each K
 group.  The kernel takes as many key heads as query heads, so K and V are expanded to the query
 heads inside the timed call (``kv_expanded: true`` in the row's notes, as ``sdpa_efficient``); its
 backward inverts the lists at every call (``k2q``), as the library does.  This is the Triton path
-only: the package's ThunderKittens kernel (sm_90, a CUDA build) would be another kernel.
+only: the package's ThunderKittens kernel (sm_90a, a CUDA build) is ``vsa_cuda``.
 """
 
 from __future__ import annotations
@@ -48,10 +48,14 @@ class VSATriton(Kernel):
     mask_code = ("attention/masks/head_blocks.py",)
     module = "fastvideo_kernel.block_sparse_attn"
 
+    tile = VSA_TILE
+
     def __init__(self) -> None:
-        self._load = Library(lambda: importlib.import_module(self.module).block_sparse_attn_triton,
-                             f"{self.module}.block_sparse_attn_triton",
+        self._load = Library(self._import, f"{self.module}.block_sparse_attn_triton",
                              "install fastvideo-kernel (FastVideo's VSA; its Triton kernels need no build)")
+
+    def _import(self):
+        return importlib.import_module(self.module).block_sparse_attn_triton
 
     def available(self) -> str | None:
         return self._load.missing()

@@ -18,7 +18,7 @@ from ... import kernels
 # Distribution names of the kernel libraries whose versions every row records.
 KERNEL_LIBRARIES = ("flash-attn", "flash-attn-3", "flash-attn-4", "flash-attn-cute", "xformers",
                     "transformer-engine", "transformer-engine-torch", "nvidia-cudnn-frontend", "triton",
-                    "magi-attention", "fastvideo-kernel", "flashinfer-python", "paddlepaddle-gpu")
+                    "magi-attention", "fastvideo-kernel", "flashinfer-python", "flashmask", "paddlepaddle-gpu")
 
 
 @functools.lru_cache(maxsize=None)

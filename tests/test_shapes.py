@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+import torch
 
 from longca import cells, config as longca_config, kernels, shapes
 from longca.results import reproduce, tables
@@ -121,8 +122,10 @@ def test_shipped_gpu_grids_of_presets_and_shapes_resolve():
                                                      ("flash_attn2", 256, None), ("flash_attn3", 256, None)])
 def test_flash_attention_refuses_head_dims_its_release_is_not_built_for(name, head_dim, refused, monkeypatch):
     kernel = kernels.get(name)
+    monkeypatch.setattr(kernel, "available", lambda: None)  # as on a GPU box with the library
     monkeypatch.setattr("longca.kernels.flash_attn.unsupported_reason", lambda *a: None)
-    reason = kernel.supports_mask(SimpleNamespace(head_dim=head_dim))
+    problem = SimpleNamespace(head_dim=head_dim, device=torch.device("cuda"), dtype=torch.bfloat16, direction="fwd")
+    reason = kernel.supports(problem)
     assert (reason is None) if refused is None else (refused in reason)
 
 

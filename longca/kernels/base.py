@@ -33,6 +33,8 @@ class Kernel:
     # What the kernel calls besides torch (every kernel runs under it): distribution names, and
     # "cudnn" for the cuDNN library torch loaded.  Each row records their versions.
     libraries: tuple[str, ...] = ()
+    # The head dims the library's kernels are built for; empty: any (what a shape's cell checks first).
+    head_dims: tuple[int, ...] = ()
     # Calls the timing must make before its timed ones whatever the config says (e.g. a compiled
     # kernel's first backward call compiles).
     min_warmup: int = 0
@@ -67,6 +69,10 @@ class Kernel:
             return f"{self.name} does not take {str(problem.dtype).removeprefix('torch.')}"
         if problem.direction == "bwd" and not self.supports_backward:
             return f"{self.name} has no backward pass"
+        if self.head_dims and problem.head_dim not in self.head_dims:
+            dims = self.head_dims
+            listed = f"{dims[0]}, {dims[1]} … {dims[-1]}" if len(dims) > 4 else ", ".join(map(str, dims))
+            return f"{self.name} takes head dims {listed}, not {problem.head_dim}"
         return self.supports_mask(problem)
 
     def supports_mask(self, problem: Problem) -> str | None:

@@ -10,6 +10,7 @@ import report_data as rd
 from browser import Chromium, chromium  # noqa: F401 — chromium is a fixture
 from PIL import Image
 
+from longca.results.figures import FIGURES
 from longca.results import report
 
 pytestmark = pytest.mark.slow
@@ -61,7 +62,9 @@ def test_every_image_decodes_with_a_real_size(page):
     sizes = page.evaluate("Promise.all(Array.prototype.map.call(document.images, function (i) {"
                           " return i.decode().then(function () { return [i.naturalWidth, i.naturalHeight,"
                           " i.getBoundingClientRect().width]; }); }))", await_promise=True)
-    assert len(sizes) == 8  # matrix, 2 masks × (throughput, memory), CP scaling, efficiency, model
+    # Every declared figure: once, per kernel mask (2 here) or per CP mask (1 here).
+    per = {None: 1, "mask": 2, "cp_mask": 1}
+    assert len(sizes) == sum(per[spec.per] for spec in FIGURES.values()) == 10
     assert all(w > 300 and h > 150 and shown > 0 for w, h, shown in sizes), sizes
 
 

@@ -355,7 +355,14 @@ def _memory_note(kernels: pd.DataFrame, mask: str) -> str | None:
 
 
 # Why a figure is left out of the HTML report for a mask, in its place (by figure name; None: shown).
-NOTES: dict[str, Callable[[pd.DataFrame, str], str | None]] = {"memory": _memory_note}
+def _memory_model_note(kernels: pd.DataFrame, mask: str) -> str | None:
+    if tables.has_peak_memory(kernels[kernels["mask"] == mask]):
+        return None
+    return "No memory model for this mask: it is fitted to the peak memory of GPU cells, and none has one."
+
+
+NOTES: dict[str, Callable[[pd.DataFrame, str], str | None]] = {"memory": _memory_note,
+                                                                "memory_model": _memory_model_note}
 
 
 def caption(name: str, kernels: pd.DataFrame, mask: str | None = None, ceilings: dict | None = None,

@@ -64,7 +64,8 @@ def test_a_row_file_that_holds_no_json_is_unreadable_not_cached(grid, tmp_path):
     proc = status(work, "--list")
     assert proc.returncode == 0, proc.stderr
     assert counts(proc.stdout)["cached"] == [0, 0] and counts(proc.stdout)["unreadable"] == [1, 0]
-    assert "unreadable kernel  sdpa_math/full/float32_fwd_64  (holds no JSON object: delete it" in proc.stdout
+    assert ("unreadable kernel  sdpa_math/full/float32_fwd_64  (holds no JSON object: `longca remeasure` it, then "
+            "`snakemake all` writes it again)") in proc.stdout
 
 
 def test_changed_settings_make_the_cell_stale_and_say_which(grid, tmp_path):

@@ -37,7 +37,7 @@ LONG_GATE = 8192
 
 
 # Bytes of one element of each dtype a config may name (torch-free: config is read before any job).
-DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
+DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1}
 
 
 def input_bytes(config: dict, seqlen: int, dtype: str, backward: bool) -> int:

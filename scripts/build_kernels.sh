@@ -32,9 +32,10 @@
 #        (other SMs' cubins zeroed in place: 32 MB); TE_ALL_ARCHS=1 keeps it whole.
 #        18 min here (33 C++ files; the FA3 build ran beside it)
 #   fa3  FlashAttention-3 (flash-attention hopper/ at FA3_COMMIT, CUTLASS at the submodule commit),
-#        modules flash_attn_interface + flash_attn_3._C; sm_90a; bf16, hdim 128, no fp16/fp8/split/
-#        paged/appendkv/softcap/packgqa/cluster/sm80; local, varlen, backward kept.   8 min here
-#        (4 files; beside the TE build)
+#        modules flash_attn_interface + flash_attn_3._C; sm_90a; bf16 and fp8 e4m3 (forward only: FA3 has
+#        no fp8 backward), hdim 128, no fp16/split/paged/appendkv/softcap/packgqa/cluster/sm80; local,
+#        varlen, backward (its deterministic variant is a run-time switch of the same kernels) kept.
+#        8 min here (4 files; beside the TE build) without fp8
 #   ffa  MagiAttention (MAGI_COMMIT, CUTLASS at its csrc/cutlass submodule commit), module magi_attention:
 #        flex_flash_attn_func's kernels are JIT-built at first call unless magi_attention/lib/<uri>/<uri>.so
 #        exists (JitSpec.build_and_load checks that AOT dir first): the two variants that a default call
@@ -132,7 +133,7 @@ TVM_FFI_VERSION=0.1.15.post2    # apache-tvm-ffi, FlashInfer's module ABI (cp312
 FLASHINFER_BUILD_DEPS="requests nvidia-ml-py tqdm click tabulate einops"
 FFA_PY_DEPS="einops==0.8.2 debugpy==1.8.22 packaging==26.4"   # imported by magi_attention at import time
                                 # (+ torch, jinja2, filelock, numpy, triton: there with torch 2.11)
-FA3_FLAGS="BACKWARD=FALSE SM80=TRUE FP16=TRUE FP8=TRUE HDIM64=TRUE HDIM96=TRUE HDIM192=TRUE HDIM256=TRUE
+FA3_FLAGS="BACKWARD=FALSE SM80=TRUE FP16=TRUE FP8=FALSE HDIM64=TRUE HDIM96=TRUE HDIM192=TRUE HDIM256=TRUE
   HDIMDIFF64=TRUE HDIMDIFF192=TRUE SPLIT=TRUE PAGEDKV=TRUE APPENDKV=TRUE SOFTCAP=TRUE PACKGQA=TRUE
   CLUSTER=TRUE LOCAL=FALSE VARLEN=FALSE"                  # -> FLASH_ATTENTION_DISABLE_<X>=<value>
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..attention.problem import Problem
+from ..attention.problem import FP8_DTYPES, Problem
 
 
 class Unsupported(Exception):
@@ -30,6 +30,13 @@ class Kernel:
     devices: tuple[str, ...] = ("cpu", "cuda")
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
     supports_backward: bool = True
+    # Why a dtype outside ``dtypes`` is refused, where there is more to say than "does not take it"
+    # (e.g. an fp8 path that exists only on another GPU generation).
+    dtype_reasons: dict[torch.dtype, str] = {}
+    # fp8 kernels measure the forward; a kernel whose fp8 backward LongCA drives sets this to None.
+    fp8_backward_missing: str | None = "LongCA measures fp8 forward only"
+    # Set by a deterministic-backward variant: what its rows record (``notes``) and what it passes on.
+    deterministic: bool = False
     # What the kernel calls besides torch (every kernel runs under it): distribution names, and
     # "cudnn" for the cuDNN library torch loaded.  Each row records their versions.
     libraries: tuple[str, ...] = ()
@@ -66,9 +73,15 @@ class Kernel:
         if problem.device.type not in self.devices:
             return f"{self.name} runs on {'/'.join(self.devices)}, not {problem.device.type}"
         if problem.dtype not in self.dtypes:
-            return f"{self.name} does not take {str(problem.dtype).removeprefix('torch.')}"
+            why = self.dtype_reasons.get(problem.dtype)
+            return f"{self.name} does not take {str(problem.dtype).removeprefix('torch.')}" + (f": {why}" if why else "")
         if problem.direction == "bwd" and not self.supports_backward:
             return f"{self.name} has no backward pass"
+        if problem.direction == "bwd" and problem.dtype in FP8_DTYPES and self.fp8_backward_missing:
+            return f"{self.name} has no fp8 backward here: {self.fp8_backward_missing}"
+        if problem.direction == "fwd" and self.deterministic:
+            return (f"{self.name} differs from its default only in the backward (a deterministic dq "
+                    f"accumulation); its forward is the default kernel's row")
         if self.head_dims and problem.head_dim not in self.head_dims:
             dims = self.head_dims
             listed = f"{dims[0]}, {dims[1]} … {dims[-1]}" if len(dims) > 4 else ", ".join(map(str, dims))
@@ -101,4 +114,12 @@ class Kernel:
 
     def notes(self, prepared: dict[str, Any]) -> dict[str, Any]:
         """What the row should say about how this kernel ran (JSON-serialisable)."""
-        return {k: v for k, v in prepared.items() if isinstance(v, (str, int, float, bool))}
+        notes = {k: v for k, v in prepared.items() if isinstance(v, (str, int, float, bool))}
+        if self.deterministic:
+            notes["deterministic"] = True
+        return notes
+
+    def dequantize(self, out: torch.Tensor, prepared: dict[str, Any]) -> torch.Tensor:
+        """The output as numbers, for the correctness gate (untimed): an fp8 output scaled by
+        ``scale_o`` comes back divided by it.  Most kernels return plain numbers already."""
+        return out

@@ -123,13 +123,16 @@ class GraphKey:
     # allocated (b, s, h, d) (``bshd_strides``).
     strides: tuple[tuple[int, ...], ...]
     lengths: tuple[int, ...] | None = None   # packed: every sequence's length (THD, ragged)
+    deterministic: bool = False        # backward: cuDNN's use_deterministic_algorithm
+    o_dtype: str | None = None         # fp8 forward: the output's dtype (None: the inputs')
 
     @property
     def ragged(self) -> bool:
         return self.lengths is not None
 
 
-def problem_key(problem: Problem, backward: bool) -> GraphKey:
+def problem_key(problem: Problem, backward: bool, deterministic: bool = False,
+                o_dtype: str | None = None) -> GraphKey:
     """The graph for a whole problem: ``(batch, seqlen, heads, head_dim)`` tensors, documents as
     ragged sequences (every sequence of the batch has the same documents)."""
     cm, fm = cudnn_mask(problem)
@@ -142,7 +145,28 @@ def problem_key(problem: Problem, backward: bool) -> GraphKey:
     kv = bshd_strides(s, hkv, d)
     strides = (q, kv, kv) + ((q, q) if backward else ())
     return GraphKey(str(problem.device), str(problem.dtype).removeprefix("torch."), backward, b, hq, hkv, s, s, d,
-                    cm, problem.head_dim ** -0.5, strides, lengths)
+                    cm, problem.head_dim ** -0.5, strides, lengths, deterministic and backward, o_dtype)
+
+
+# fp8 forward (``sdpa_fp8``): q, k, v are e4m3 with unit descales (LongCA's fp8 inputs are quantized
+# with scale 1); P = softmax(S) is quantized with scale_s = 448, e4m3's largest value (P ≤ 1), as
+# cuDNN's docs set it ("Amax S", no dropout).  An fp8 output is scaled by scale_o = 448 / amax(O),
+# the amax taken on the plan's first call (delayed scaling with a one-call history, as
+# TransformerEngine does from its amax history); a bf16 output needs no scale (Blackwell only).
+E4M3_MAX = 448.0
+FP8_SCALES = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
+
+
+def fp8_scale_values() -> dict[str, float]:
+    return {"descale_q": 1.0, "descale_k": 1.0, "descale_v": 1.0, "descale_s": 1.0 / E4M3_MAX,
+            "scale_s": E4M3_MAX, "scale_o": 1.0}
+
+
+def fp8_mask_kwargs(mask: dict[str, Any]) -> dict[str, Any]:
+    """``sdpa_fp8`` names the band's bounds ``left_bound`` / ``right_bound`` (``sdpa``:
+    ``diagonal_band_left_bound`` / ``diagonal_band_right_bound``)."""
+    renamed = {"diagonal_band_left_bound": "left_bound", "diagonal_band_right_bound": "right_bound"}
+    return {renamed.get(k, k): v for k, v in mask.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -189,7 +213,10 @@ class Graph:
         self.key = key
         self.handle = _handle(key.device)
         dev = torch.device(key.device)
-        io = {"bfloat16": cudnn.data_type.BFLOAT16, "float16": cudnn.data_type.HALF}[key.dtype]
+        types = {"bfloat16": cudnn.data_type.BFLOAT16, "float16": cudnn.data_type.HALF,
+                 "float8_e4m3fn": cudnn.data_type.FP8_E4M3}
+        io = types[key.dtype]
+        fp8 = key.dtype == "float8_e4m3fn"
         g = cudnn.pygraph(io_data_type=io, intermediate_data_type=cudnn.data_type.FLOAT,
                           compute_data_type=cudnn.data_type.FLOAT, handle=self.handle)
         b, hq, hkv, sq, skv, d = key.batch, key.heads_q, key.heads_kv, key.seqlen_q, key.seqlen_kv, key.head_dim
@@ -230,7 +257,18 @@ class Graph:
                 t.set_ragged_offset(offset)
             self.t[name] = t
 
-        if not key.backward:
+        if not key.backward and fp8:
+            scalar = ((1, 1, 1, 1), (1, 1, 1, 1), cudnn.data_type.FLOAT)
+            scales = {name: tensor(name, *scalar) for name in FP8_SCALES}
+            for name, value in fp8_scale_values().items():
+                self.aux[name] = torch.full((1, 1, 1, 1), value, dtype=torch.float32, device=dev)
+            o, stats, _amax_s, amax_o = g.sdpa_fp8(q, k, v, **scales, name="sdpa_fp8", generate_stats=True,
+                                                   attn_scale=key.scale, **fp8_mask_kwargs(mask))
+            output(o, "o", q_dim, bshd_strides(sq, hq, d), offsets.get("q"), types[key.o_dtype or key.dtype])
+            output(stats, "stats", stats_dim, stats_stride, offsets.get("stats"), cudnn.data_type.FLOAT)
+            output(amax_o, "amax_o", (1, 1, 1, 1), (1, 1, 1, 1), None, cudnn.data_type.FLOAT)
+            self.aux["amax_o"] = torch.zeros((1, 1, 1, 1), dtype=torch.float32, device=dev)
+        elif not key.backward:
             o, stats = g.sdpa(q, k, v, name="sdpa", generate_stats=True, attn_scale=key.scale, **mask)
             output(o, "o", q_dim, bshd_strides(sq, hq, d), offsets.get("q"))
             output(stats, "stats", stats_dim, stats_stride, offsets.get("stats"), cudnn.data_type.FLOAT)
@@ -243,6 +281,8 @@ class Graph:
                     t.set_ragged_offset(offsets[name])
                 # Sizes the backward's float32 workspace by the real token count, not b × longest.
                 mask.update(max_total_seq_len_q=sum(key.lengths), max_total_seq_len_kv=sum(key.lengths))
+            if key.deterministic:
+                mask["use_deterministic_algorithm"] = True
             dq, dk, dv = g.sdpa_backward(q, k, v, o, do, stats, name="sdpa_backward", attn_scale=key.scale, **mask)
             output(dq, "dq", q_dim, bshd_strides(sq, hq, d), offsets.get("q"))
             output(dk, "dk", kv_dim, bshd_strides(skv, hkv, d), offsets.get("kv"))
@@ -306,11 +346,25 @@ class Plan:
     bwd: Graph | None
     stats_shape: tuple[int, ...]  # packed: (tokens, heads, 1); else (b, heads, s, 1)
 
+    calibrated: bool = False
+
     def forward(self, q, k, v):
-        out = torch.empty_like(q)
+        o_dtype = self.fwd.key.o_dtype
+        out = torch.empty_like(q, dtype=getattr(torch, o_dtype) if o_dtype else q.dtype)
         stats = torch.empty(self.stats_shape, dtype=torch.float32, device=q.device)
         self.fwd.run(q=q, k=k, v=v, o=out, stats=stats)
+        if out.dtype == torch.float8_e4m3fn and not self.calibrated:
+            # The first call (the gate's, or the warm-up's) sets O's scale from its own amax.
+            amax = self.fwd.aux["amax_o"].clamp_min(1e-30)
+            self.fwd.aux["scale_o"].copy_(E4M3_MAX / amax)
+            self.calibrated = True
+            self.fwd.run(q=q, k=k, v=v, o=out, stats=stats)
         return out, stats
+
+    def dequantize(self, out: torch.Tensor) -> torch.Tensor:
+        if out.dtype != torch.float8_e4m3fn:
+            return out
+        return out.to(torch.float32) / self.fwd.aux["scale_o"].reshape(())
 
     def backward(self, q, k, v, out, stats, dout):
         if self.bwd is None:
@@ -343,7 +397,13 @@ class CudnnFrontend(Kernel):
     libraries = ("nvidia-cudnn-frontend", "cudnn")
     description = "cuDNN SDPA graphs via nvidia-cudnn-frontend: causal, sliding window, THD documents natively"
     devices = ("cuda",)
-    dtypes = (torch.bfloat16, torch.float16)  # cuDNN's SDPA (non-fp8) takes 16-bit inputs
+    # 16-bit inputs through ``sdpa``; fp8 (e4m3) forward through ``sdpa_fp8``.
+    dtypes = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
+    fp8_backward_missing = ("cuDNN has one (sdpa_fp8_backward, with fp8 O, dO and their scales); "
+                            "LongCA does not drive it yet")
+    # fp8_output: the fp8 forward's output dtype, "float8_e4m3fn" (scaled, see E4M3_MAX) or
+    # "bfloat16", which cuDNN 9.19 builds on Blackwell only (on an H200 it declines the graph, saying so).
+    options = {"fp8_output": "float8_e4m3fn"}
 
     def available(self) -> str | None:
         if error := _import.missing():
@@ -356,8 +416,15 @@ class CudnnFrontend(Kernel):
         return unsupported_reason(self.name, problem)
 
     def prepare(self, problem: Problem) -> dict[str, Any]:
-        fwd = graph(problem_key(problem, backward=False))
-        bwd = graph(problem_key(problem, backward=True)) if problem.direction == "bwd" else None
+        o_dtype = None
+        if problem.dtype == torch.float8_e4m3fn:
+            o_dtype = self.options["fp8_output"]
+            if o_dtype not in ("bfloat16", "float8_e4m3fn"):
+                raise ValueError(f"cudnn_fe: kernel_options.cudnn_fe.fp8_output must be bfloat16 or "
+                                 f"float8_e4m3fn, got {o_dtype!r}")
+        fwd = graph(problem_key(problem, backward=False, o_dtype=o_dtype))
+        bwd = (graph(problem_key(problem, backward=True, deterministic=self.deterministic))
+               if problem.direction == "bwd" else None)
         key = fwd.key
         if key.ragged:
             stats_shape = (problem.batch * problem.seqlen, key.heads_q, 1)
@@ -366,10 +433,16 @@ class CudnnFrontend(Kernel):
         return {"plan": Plan(fwd, bwd, stats_shape), "diagonal_alignment": key.mask.alignment,
                 "left_bound": key.mask.left_bound, "right_bound": key.mask.right_bound,
                 "layout": "thd" if key.ragged else "bshd", "sequences": key.batch,
-                "fwd_plan": fwd.plan, "bwd_plan": bwd.plan if bwd else None, "version": _version()}
+                "fwd_plan": fwd.plan, "bwd_plan": bwd.plan if bwd else None, "version": _version(),
+                **({"fp8_output": o_dtype, "fp8_scales": "unit descales; scale_s 448; scale_o 448/amax(O) "
+                    "of the first call" if o_dtype == "float8_e4m3fn" else "unit descales; scale_s 448"}
+                   if o_dtype else {})}
 
     def forward(self, q, k, v, prepared):
         return _Attention.apply(q, k, v, prepared["plan"])
+
+    def dequantize(self, out, prepared):
+        return prepared["plan"].dequantize(out)
 
     def notes(self, prepared: dict[str, Any]) -> dict[str, Any]:
         # None-valued entries (an unbounded side, no backward plan) say so explicitly.
@@ -421,4 +494,17 @@ class CudnnLseOps(LseOps):
         return dq, dk, dv
 
 
+class CudnnFrontendDeterministic(CudnnFrontend):
+    """cudnn_fe with cuDNN's deterministic backward (``use_deterministic_algorithm=True``): its
+    backward rows sit beside cudnn_fe's in the same run."""
+
+    name = "cudnn_fe_deterministic"
+    description = "cudnn_fe with the deterministic backward (sdpa_backward use_deterministic_algorithm)"
+    deterministic = True
+
+    def lse_ops(self, device: torch.device):
+        return None  # CP strategies take the default kernel's blocks
+
+
 register(CudnnFrontend())
+register(CudnnFrontendDeterministic())

@@ -39,7 +39,7 @@ from . import register
 from ._flash_masks import NO_WINDOW, batch_cu_seqlens, flash_mask, unsupported_reason
 from ._library import Library, Unusable
 from ._lse_ops import LseOps
-from .base import Kernel
+from .base import Kernel, Unsupported
 
 
 class FlashAttnPackage(Kernel):
@@ -49,8 +49,18 @@ class FlashAttnPackage(Kernel):
     def __init__(self, name: str, module: str, description: str, distribution: str, *,
                  extensions: tuple[str, ...] = (), unbounded: int | None = -1,
                  lse_ops_class: type[LseOps] | None = None, version_from: str | None = None,
-                 libraries: tuple[str, ...] = (), head_dims: tuple[int, ...] = ()):
+                 libraries: tuple[str, ...] = (), head_dims: tuple[int, ...] = (),
+                 dtypes: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float16),
+                 dtype_reasons: dict[torch.dtype, str] | None = None, fp8_backward_missing: str | None = None,
+                 deterministic: bool = False):
         self.name = name
+        self.dtypes = dtypes
+        self.dtype_reasons = dtype_reasons or {}
+        if fp8_backward_missing:
+            self.fp8_backward_missing = fp8_backward_missing
+        # A deterministic-backward variant passes ``deterministic=True`` (FA3's flag: dq accumulated
+        # in a fixed order instead of by atomics); its rows sit beside the default's.
+        self.deterministic = deterministic
         # The head dims the release's kernels are built for (its docs); another is an `unsupported`
         # row naming them, not a library assertion read as an error.
         self.head_dims = head_dims
@@ -99,6 +109,12 @@ class FlashAttnPackage(Kernel):
                                     "documents": len(fm.documents)}
         if fm.packed:
             prepared.update(cu_seqlens=batch_cu_seqlens(problem), max_seqlen=fm.max_document)
+        if self.deterministic:
+            mod = self._load()
+            fn = mod.flash_attn_varlen_func if fm.packed else mod.flash_attn_func
+            if "deterministic" not in inspect.signature(fn).parameters:
+                raise Unsupported(f"{self.name}: {fn.__module__}.{fn.__name__} takes no `deterministic` flag")
+            prepared["deterministic"] = True
         return prepared
 
     def notes(self, prepared: dict[str, Any]) -> dict[str, Any]:
@@ -128,8 +144,11 @@ class FlashAttnPackage(Kernel):
         return out[0] if isinstance(out, tuple) else out
 
     def _mask_kwargs(self, fn, prepared: dict[str, Any]) -> dict[str, Any]:
-        return mask_kwargs(tuple(inspect.signature(fn).parameters), prepared["causal"], prepared["window"],
-                           self.unbounded)
+        params = tuple(inspect.signature(fn).parameters)
+        kwargs = mask_kwargs(params, prepared["causal"], prepared["window"], self.unbounded)
+        if prepared.get("deterministic"):
+            kwargs["deterministic"] = True
+        return kwargs
 
 
 def mask_kwargs(params: tuple[str, ...], causal: bool, window: tuple[int, int],
@@ -182,11 +201,19 @@ class Fa4LseOps(LseOps):
 UP_TO_256 = tuple(range(8, 257, 8))
 register(FlashAttnPackage("flash_attn2", "flash_attn", "FlashAttention-2 (flash-attn package)", "flash-attn",
                           extensions=("flash_attn_2_cuda",), libraries=("flash-attn",), head_dims=UP_TO_256))
-register(FlashAttnPackage("flash_attn3", "flash_attn_interface",
-                          "FlashAttention-3 (Hopper; flash-attention's hopper/ build)",
-                          "flash-attention's hopper/ package (flash_attn_3)", libraries=("flash-attn-3",),
-                          head_dims=UP_TO_256))
+# FlashAttention-3 takes fp8 (e4m3) q/k/v in its forward (descales default to 1; the output is bf16);
+# it has no fp8 backward.
+FA3 = dict(module="flash_attn_interface", distribution="flash-attention's hopper/ package (flash_attn_3)",
+           libraries=("flash-attn-3",), head_dims=UP_TO_256,
+           dtypes=(torch.bfloat16, torch.float16, torch.float8_e4m3fn),
+           fp8_backward_missing="FlashAttention-3's fp8 kernels are forward only")
+register(FlashAttnPackage("flash_attn3", description="FlashAttention-3 (Hopper; flash-attention's hopper/ build)",
+                          **FA3))
+register(FlashAttnPackage("flash_attn3_deterministic", deterministic=True,
+                          description="FlashAttention-3 with its deterministic backward (deterministic=True)",
+                          **FA3))
 register(FlashAttnPackage("flash_attn4", "flash_attn.cute", "FlashAttention-4 (CuTe DSL, flash_attn.cute)",
                           "flash-attn-cute (flash-attention's flash_attn/cute)", unbounded=None,
                           lse_ops_class=Fa4LseOps, version_from="flash-attn-4",
-                          libraries=("flash-attn-4",), head_dims=(64, 96, 128)))
+                          libraries=("flash-attn-4",), head_dims=(64, 96, 128),
+                          dtype_reasons={torch.float8_e4m3fn: "FlashAttention-4's fp8 path is Blackwell's (sm_100) only"}))

@@ -10,7 +10,10 @@ refuses a problem.  ``test_leaky`` is correct but keeps a buffer per prepared pr
 the process, as a cache of workspaces does, and ``test_tight`` is correct only where nothing was left
 behind: after a ``test_leaky`` cell in the same process it really runs out of memory.
 ``test_exits`` raises ``SystemExit`` when it prepares a problem, as a library that calls ``sys.exit``
-while it loads on first use does.  Set
+while it loads on first use does.  ``test_fp8`` does an fp8 kernel's arithmetic on the CPU (fp8
+inputs, P rounded to e4m3 with scale 448 before P·V, float32 accumulation), so the fp8 gate's
+tolerance is checked against the rounding it is meant to allow; ``test_fp8_wrong`` also drops the
+scale (P to e4m3 unscaled: small probabilities fall into e4m3's subnormals), which it must not.  Set
 ``LONGCA_TEST_KERNELS=1`` to register them.
 """
 
@@ -151,6 +154,31 @@ class SleepKernel(_DenseSdpa):
         time.sleep(self.options["seconds"])
 
 
+class Fp8Kernel(Kernel):
+    name = "test_fp8"
+    description = "test-only: fp8 attention arithmetic in float32 (P rounded to e4m3, scale 448)"
+    dtypes = (torch.float8_e4m3fn,)
+    P_SCALE = 448.0
+
+    def prepare(self, problem):
+        return {"attn_mask": problem.mask.to_dense().to(problem.device)}
+
+    def forward(self, q, k, v, prepared):
+        q, k, v = (t.to(torch.float32).transpose(1, 2) for t in (q, k, v))
+        group = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        p = torch.softmax(scores.masked_fill(~prepared["attn_mask"], float("-inf")), dim=-1)
+        p = (p * self.P_SCALE).to(torch.float8_e4m3fn).to(torch.float32) / self.P_SCALE
+        return (p @ v).transpose(1, 2).to(torch.bfloat16)
+
+
+class Fp8WrongKernel(Fp8Kernel):
+    name = "test_fp8_wrong"
+    description = "test-only: fp8 attention with P rounded to e4m3 unscaled"
+    P_SCALE = 1.0
+
+
 class ExitingKernel(_DenseSdpa):
     name = "test_exits"
     description = "test-only: its 'library' calls sys.exit while loading (SystemExit, not an Exception)"
@@ -161,5 +189,5 @@ class ExitingKernel(_DenseSdpa):
 
 if os.environ.get("LONGCA_TEST_KERNELS") == "1":
     for _kernel in (WrongKernel, OomKernel, RefusingKernel, SegfaultKernel, AbortKernel, HangKernel, HogKernel,
-                    SleepKernel, LeakyKernel, TightKernel, ExitingKernel):
+                    SleepKernel, LeakyKernel, TightKernel, ExitingKernel, Fp8Kernel, Fp8WrongKernel):
         register(_kernel())

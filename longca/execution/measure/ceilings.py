@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ...attention.problem import parse_dtype
+from ...attention.problem import FP8_DTYPES, parse_dtype
 from . import env, timing
 from ..cache.atomic import write_json_atomic
 
@@ -29,16 +29,30 @@ MAX_N = {"cpu": 2048, "cuda": 8192}
 TARGET_MS = 50.0  # sizes double until a product takes longer than this
 
 
-def _probe_ms(a: torch.Tensor, target_ms: float) -> float:
+def product(n: int, device: torch.device, dtype: torch.dtype, gen: torch.Generator):
+    """One ``n × n`` product in ``dtype`` as a call: ``torch.matmul`` into a preallocated output, or
+    for fp8 ``torch._scaled_mm`` (fp8 × fp8 → bf16, unit scales, the second operand column-major as
+    cuBLASLt's fp8 GEMM takes it): the dense rate an fp8 attention kernel is set against."""
+    a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+    b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+    if dtype in FP8_DTYPES:
+        b = b.t().contiguous().t()
+        one = torch.ones((), device=device)
+        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    out = torch.empty(n, n, device=device, dtype=dtype)
+    return lambda: torch.matmul(a, b, out=out)
+
+
+def _probe_ms(call, device: torch.device, target_ms: float) -> float:
     """Best of two synchronised products after a warm one (for choosing n, not the reported number);
     a product already far over the target is not repeated."""
-    sync = torch.cuda.synchronize if a.is_cuda else (lambda *_: None)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda *_: None)
     times = []
     for _ in range(3):
-        sync(a.device)
+        sync(device)
         start = time.perf_counter()
-        torch.matmul(a, a)
-        sync(a.device)
+        call()
+        sync(device)
         times.append((time.perf_counter() - start) * 1e3)
         if times[0] > 4 * target_ms:
             return times[0]
@@ -58,8 +72,7 @@ def choose_n(device: torch.device, dtype: torch.dtype, *, max_n: int | None = No
     best_n, best_rate = MIN_N, 0.0
     n = MIN_N
     while n <= max(max_n, MIN_N):
-        a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
-        ms = max(_probe_ms(a, target_ms), 1e-6)
+        ms = max(_probe_ms(product(n, device, dtype, gen), device, target_ms), 1e-6)
         rate = 2.0 * n ** 3 / ms
         if rate > best_rate and (ms <= 2 * target_ms or n == MIN_N):
             best_n, best_rate = n, rate
@@ -83,13 +96,10 @@ def matmul_tflops(device: str | torch.device, dtype: str | torch.dtype = "float3
     dtype_name = str(torch_dtype).removeprefix("torch.")
     n = n or choose_n(device, torch_dtype, max_n=max_n, target_ms=target_ms)
     gen = torch.Generator(device="cpu").manual_seed(0)
-    a = torch.randn(n, n, generator=gen).to(device=device, dtype=torch_dtype)
-    b = torch.randn(n, n, generator=gen).to(device=device, dtype=torch_dtype)
-    out = torch.empty(n, n, device=device, dtype=torch_dtype)
+    call = product(n, device, torch_dtype, gen)
     # No L2 flush: each operand of the sizes used on GPU is larger than L2 already, and a ceiling is
     # the best the device does.
-    t = timing.measure(lambda: torch.matmul(a, b, out=out), device=device, warmup=warmup, reps=reps,
-                       flush_l2=False)
+    t = timing.measure(call, device=device, warmup=warmup, reps=reps, flush_l2=False)
     flops = 2.0 * n ** 3
     return {
         "kind": "matmul",

@@ -71,6 +71,11 @@ def _agree(reason: str | None) -> str | None:
 def _planned(spec: CPSpec, problem: Problem):
     """The strategy planned for ``problem`` on every rank, or the reason (agreed by all ranks)."""
     strategy, reason = None, None
+    if problem.dtype not in CP_GATE_TOLERANCE[problem.direction]:
+        # fp8: LongCA's strategies merge float32 partials of 16-bit blocks; fp8 is measured on
+        # single-GPU kernel cells.
+        name = str(problem.dtype).removeprefix("torch.")
+        return None, f"CP strategies here take {', '.join(_dtype_names(CP_GATE_TOLERANCE[problem.direction]))}, not {name}"
     try:
         strategy = build(spec.strategy, None, spec.strategy_options)
         strategy.plan(problem.mask, problem.heads_q, problem.heads_kv, problem.head_dim, problem.device,
@@ -78,6 +83,10 @@ def _planned(spec: CPSpec, problem: Problem):
     except Unsupported as exc:
         reason = str(exc) or "unsupported"
     return strategy, _agree(reason)
+
+
+def _dtype_names(dtypes) -> list[str]:
+    return [str(d).removeprefix("torch.") for d in dtypes]
 
 
 def _local_inputs(strategy, problem: Problem, seed: int):

@@ -27,7 +27,7 @@ def full_size_check(kernel: Kernel, problem: Problem, rows: int = 512) -> dict[s
     out = kernel.forward(q, k, v, prepared)
     q32, k32, v32 = (t.detach().to(torch.float32).requires_grad_(backward) for t in (q, k, v))
     ref = chunked_reference.attention(q32, k32, v32, problem.mask, rows=rows)
-    errors = {"out": relative_error(out, ref)}
+    errors = {"out": relative_error(kernel.dequantize(out, prepared), ref)}
     if backward:
         grads = torch.autograd.grad(out, (q, k, v), grad_out)
         ref_grads = torch.autograd.grad(ref, (q32, k32, v32), grad_out.to(torch.float32))

@@ -23,9 +23,12 @@ from ...kernels.base import Kernel
 # Correctness tolerances on ‖out − ref‖ / ‖ref‖, per dtype of the kernel's inputs.  The reference is
 # float64.  fp32 allows for TF32-class matrix units (~3e-4); bf16 has 8 mantissa bits, so one
 # rounding of each operand already costs ~4e-3; backward gradients accumulate over the whole
-# sequence, hence the looser bound.
+# sequence, hence the looser bound.  fp8 (e4m3, 3 mantissa bits): the reference takes the same fp8
+# inputs, so what is left is the kernels' own rounding of P (and of O where the output is fp8) to
+# e4m3; the bound is one e4m3 unit roundoff, 2^-4.  No LongCA kernel takes an fp8 backward.
 GATE_TOLERANCE = {
-    "fwd": {torch.float64: 1e-9, torch.float32: 1e-3, torch.float16: 5e-3, torch.bfloat16: 2e-2},
+    "fwd": {torch.float64: 1e-9, torch.float32: 1e-3, torch.float16: 5e-3, torch.bfloat16: 2e-2,
+            torch.float8_e4m3fn: 2 ** -4},
     "bwd": {torch.float64: 1e-9, torch.float32: 2e-3, torch.float16: 1e-2, torch.bfloat16: 4e-2},
 }
 
@@ -54,9 +57,10 @@ def correctness_gate(kernel: Kernel, problem: Problem) -> tuple[bool, float, flo
     q, k, v, grad_out = problem.make_inputs(requires_grad=backward, seed=problem.seed + 1)
     prepared = kernel.prepare(problem)
     out = kernel.forward(q, k, v, prepared)
+    checked_out = kernel.dequantize(out, prepared)
     q64, k64, v64 = (t.detach().to(torch.float64).requires_grad_(backward) for t in (q, k, v))
     ref = reference.attention(q64, k64, v64, problem.mask)
-    errors = {"out": relative_error(out, ref)}
+    errors = {"out": relative_error(checked_out, ref)}
     if backward:
         grads = torch.autograd.grad(out, (q, k, v), grad_out)
         ref_grads = torch.autograd.grad(ref, (q64, k64, v64), grad_out.to(torch.float64))

@@ -397,6 +397,23 @@ def _plan(args: argparse.Namespace) -> int:
     lines.append("# memory against the CP table's per-rank peaks: " + (c["why"] if c["why"] else
                  f"median {_pct(c['median'])}, max {_pct(c['max'])} off over {c['rows']} rows "
                  f"({c['under']} below the measured)"))
+    # Held out by GPU model: cp_memory's coefficients fitted on another GPU model's published CP table.
+    other = next((g for g in PUBLISHED_TABLES if g != gpu), None)
+    train = None
+    if other:
+        paths = [str(PUBLISHED_DIR / name) for name in PUBLISHED_TABLES[other]]
+        train = plan.Tables(_table(paths[0], "cp", ("strategy", "cp_size", "tokens_per_rank", "status")),
+                            _table(paths[1], "kernels", ("kernel", "seqlen", "status")), paths[0], paths[1])
+    h = plan.memory_held_out(tables, train)
+    if h["why"]:
+        lines.append("# held out, memory against the per-rank peaks: " + h["why"])
+    else:
+        k = h["coef"]
+        lines.append(f"# held out, memory against the per-rank peaks: {k['constant'] / 2**20:.0f} MiB + "
+                     f"{k['kernel']:.2f} kernel + {k['harness']:.2f} harness + {k['buffers']:.2f} buffers fitted on "
+                     f"{h['fitted_rows']} rows of {h['fitted_on']}, checked here: " + "; ".join(
+                         f"{d} median {_pct(e['median'])}, max {_pct(e['max'])} over {e['rows']} rows ({e['under']} below)"
+                         for d, e in h["by_direction"].items()))
     lines.append("# memory is the backward's (it holds the most), GiB per GPU; fits: within the GPU's memory "
                  "('?': a part not modelled); ms: one step's attention, forward and backward")
     header = (f"{'strategy':12s} {'GPUs':>5s} {'tokens/GPU':>10s} {'inputs':>7s} {'outputs':>7s} {'grads':>7s} "

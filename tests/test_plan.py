@@ -1,6 +1,7 @@
 """`longca plan` (longca/results/plan.py): 1M tokens on 64 : 8 heads, d 128, at 8 GPUs against the
 published H200 tables, and its parts on their own."""
 
+import pandas as pd
 import pytest
 
 from longca import cli, config
@@ -31,6 +32,8 @@ def test_plan_a_million_tokens_on_eight_h200s(capsys):
     assert any(line.startswith("# held out, time, by tokens per GPU: fitted without 65536") for line in lines)
     assert any(line.startswith("# held out, memory model:") for line in lines)
     assert any(line.startswith("# memory against the CP table's per-rank peaks: median") for line in lines)
+    held = [line for line in lines if line.startswith("# held out, memory against the per-rank peaks: ")]
+    assert len(held) == 1 and "cp_4xh100_graphs_2026-11-27" in held[0] and "fwd median" in held[0]
     rows = {line.split()[0]: line.split() for line in lines if not line.startswith("#")}
     assert set(rows) == {"strategy", *plan.STRATEGIES}
     for name in ("ring", "allgather", "ulysses", "usp"):
@@ -46,3 +49,19 @@ def test_plan_help_and_unknown_gpu(capsys):
     assert done.value.code == 0 and "--fewest" in capsys.readouterr().out
     assert cli.main(["plan", "--gpu", "A100"]) == 2
     assert "give --gpu-memory-gib" in capsys.readouterr().err
+
+
+def test_memory_held_out_fits_on_another_tables_rows():
+    h200 = plan.Tables(pd.read_parquet(cli.PUBLISHED_DIR / cli.PUBLISHED_TABLES["H200"][0]),
+                       pd.read_parquet(cli.PUBLISHED_DIR / cli.PUBLISHED_TABLES["H200"][1]), "h200")
+    h100 = plan.Tables(pd.read_parquet(cli.PUBLISHED_DIR / cli.PUBLISHED_TABLES["H100"][0]),
+                       pd.read_parquet(cli.PUBLISHED_DIR / cli.PUBLISHED_TABLES["H100"][1]), "h100")
+    fitted, checked = plan.peak_rows(h100), plan.peak_rows(h200)
+    keys = lambda rows: set(map(tuple, rows[list(plan.cp_memory.ROW_KEY)].astype(str).to_numpy()))
+    assert keys(fitted).isdisjoint(keys(checked)) and len(checked) == 238
+    held = plan.memory_held_out(h200, h100)
+    assert held["fitted_on"] == "h100" and held["fitted_rows"] == len(fitted) and held["rows"] == len(checked)
+    assert held["median"] < plan.memory_check(h200)["median"]  # the fitted terms do better than the count
+    with pytest.raises(ValueError, match="in both"):
+        plan.memory_held_out(h200, h200)
+    assert plan.memory_held_out(h200, None)["why"]

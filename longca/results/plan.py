@@ -30,7 +30,7 @@ from .. import config
 from .. import cp as strategies
 from ..cp import comm
 from ..cp.sequence_parallel import divisor_at_most
-from . import cp_model, memory_model
+from . import cp_memory, cp_model, memory_model
 
 GIB = 2**30
 STRATEGIES = ("ring", "allgather", "ulysses", "usp", "double_ring", "magi")
@@ -219,13 +219,15 @@ def held_out_memory(tables: Tables) -> dict:
             "max": float(errors.max()) if len(errors) else None}
 
 
-def memory_check(tables: Tables) -> dict:
-    """The plan's memory against the CP table's measured per-rank peaks (``peak_mem_bytes``, the
-    largest rank's), on its ok rows of strategies whose buffers are modelled: relative errors."""
+def peak_rows(tables: Tables) -> pd.DataFrame:
+    """The CP table's ok rows with a measured per-rank peak (``peak_mem_bytes``, the largest rank's)
+    of strategies whose buffers are modelled, with the plan's counted parts: ``kernel`` (the rank's
+    own tensors and the local kernel's workspace), ``buffers``, and ``counted`` (their sum, what the
+    plan prints)."""
     cp = tables.cp
-    if "peak_mem_bytes" not in cp or cp["peak_mem_bytes"].isna().all():
-        return {"rows": 0, "why": "the CP table has no peak-memory column"}
-    errors = []
+    out = []
+    if "peak_mem_bytes" not in cp:
+        return pd.DataFrame(out)
     for r in cp[(cp["status"] == "ok") & cp["peak_mem_bytes"].notna() & cp["strategy"].isin(list(BUFFERS))].itertuples():
         buffers = BUFFERS[r.strategy]
         shape = Shape(int(r.heads_q), int(r.heads_kv), int(r.head_dim), r.dtype, int(r.batch))
@@ -233,10 +235,31 @@ def memory_check(tables: Tables) -> dict:
         workspace, _ = tables.workspace(r.mask, r.direction, tokens, shape)
         if buffers is None or workspace is None:
             continue
-        planned = (sum(shard_need(tokens, shape, r.direction).values()) + workspace
-                   + buffers(r.direction, int(r.cp_size), tokens, shape))
-        errors.append(planned / r.peak_mem_bytes - 1)
-    e = np.abs(np.array(errors))
-    return {"rows": len(e), "median": float(np.median(e)) if len(e) else None,
-            "max": float(e.max()) if len(e) else None,
-            "under": int((np.array(errors) < 0).sum()), "why": None}
+        kernel = sum(shard_need(tokens, shape, r.direction).values()) + workspace
+        held = buffers(r.direction, int(r.cp_size), tokens, shape)
+        out.append({"cell_id": r.cell_id, "device_name": getattr(r, "device_name", None), "strategy": r.strategy,
+                    "direction": r.direction, "cp_size": int(r.cp_size), "tokens_per_rank": tokens,
+                    "heads_q": shape.heads_q, "heads_kv": shape.heads_kv, "head_dim": shape.head_dim,
+                    "itemsize": shape.itemsize, "batch": shape.batch, "kernel": kernel, "buffers": held,
+                    "counted": kernel + held, "peak": float(r.peak_mem_bytes)})
+    return pd.DataFrame(out)
+
+
+def memory_check(tables: Tables) -> dict:
+    """The plan's counted memory (``peak_rows``' ``counted``) against the CP table's measured per-rank
+    peaks: relative errors, nothing fitted."""
+    rows = peak_rows(tables)
+    if not len(rows):
+        return {"rows": 0, "why": "the CP table has no peak-memory column"}
+    return {**cp_memory.summary(rows["counted"] / rows["peak"] - 1), "why": None}
+
+
+def memory_held_out(tables: Tables, train: Optional[Tables]) -> dict:
+    """``cp_memory``'s coefficients fitted on ``train``'s CP table (another GPU model's) and checked on
+    ``tables``' measured peaks, per direction; ``why`` where there is nothing to fit on."""
+    if train is None:
+        return {"rows": 0, "why": "no other CP table to fit on"}
+    fitted, checked = peak_rows(train), peak_rows(tables)
+    if len(fitted) < len(cp_memory.TERMS) or not len(checked):
+        return {"rows": 0, "why": f"too few rows with a peak ({len(fitted)} to fit, {len(checked)} to check)"}
+    return {**cp_memory.held_out(fitted, checked), "fitted_on": train.cp_name, "why": None}

@@ -35,7 +35,8 @@
 #        modules flash_attn_interface + flash_attn_3._C; sm_90a; bf16 and fp8 e4m3 (forward only: FA3 has
 #        no fp8 backward), hdim 128, no fp16/split/paged/appendkv/softcap/packgqa/cluster/sm80; local,
 #        varlen, backward (its deterministic variant is a run-time switch of the same kernels) kept.
-#        8 min here (4 files; beside the TE build) without fp8
+#        8 min here (4 files; beside the TE build) without fp8; with it 4 min, nothing beside it
+#        (flash_fwd_hdim128_{bf16,e4m3}_sm90.cu, flash_bwd_hdim128_bf16_sm90.cu; 2026-11-29)
 #   ffa  MagiAttention (MAGI_COMMIT, CUTLASS at its csrc/cutlass submodule commit), module magi_attention:
 #        flex_flash_attn_func's kernels are JIT-built at first call unless magi_attention/lib/<uri>/<uri>.so
 #        exists (JitSpec.build_and_load checks that AOT dir first): the two variants that a default call

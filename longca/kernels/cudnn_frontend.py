@@ -15,7 +15,8 @@ in natively:
 
 Which masks that is comes from ``_flash_masks`` (documents × causal × window, the same table the
 FlashAttention-style kernels use); everything else is ``unsupported`` with the reason.  Graphs are
-built, planned and given a workspace in ``prepare`` (cached per shape and mask), so a timed call only
+built and planned in ``prepare`` (cached per shape and mask; the workspace belongs to the cell's plan,
+not to the cache: a deterministic backward's is tens of GiB), so a timed call only
 executes a built plan.  The forward always produces the softmax stats (a training forward); the
 backward is cuDNN's ``sdpa_backward`` graph fed those stats, behind a ``torch.autograd.Function``.
 ``lse_ops`` exposes the same graphs with the stats as the log-sum-exp for CP strategies.
@@ -300,16 +301,22 @@ class Graph:
             raise Unsupported(f"cudnn_fe: cuDNN ({_version()}) refused the {what} graph "
                               f"({_describe(key)}): {type(exc).__name__}: {exc}") from exc
         self.graph = g
-        self.workspace = torch.empty(max(1, g.get_workspace_size()), dtype=torch.uint8, device=dev)
+        self.workspace_bytes = max(1, g.get_workspace_size())
         self.plan = _plan_name(g)
 
-    def run(self, **buffers: torch.Tensor) -> None:
+    def new_workspace(self) -> torch.Tensor:
+        # Held by whoever runs the graph (a cell's Plan, one CP block call), never by the graph
+        # cache: a cached 131 GiB workspace (the deterministic backward at 32K on an H200) outlived
+        # its cell and left the next process 8.9 GiB.
+        return torch.empty(self.workspace_bytes, dtype=torch.uint8, device=torch.device(self.key.device))
+
+    def run(self, workspace: torch.Tensor | None = None, **buffers: torch.Tensor) -> None:
         """Execute on the current stream: inputs and preallocated outputs by name."""
         cudnn = _cudnn()
         cudnn.set_stream(self.handle, torch.cuda.current_stream(torch.device(self.key.device)).cuda_stream)
         pack = {self.t[name]: tensor for name, tensor in buffers.items()}
         pack.update((self.t[name], tensor) for name, tensor in self.aux.items())
-        self.graph.execute(pack, self.workspace, handle=self.handle)
+        self.graph.execute(pack, self.new_workspace() if workspace is None else workspace, handle=self.handle)
 
 
 def _mask_kwargs(cudnn, mask: CudnnMask) -> dict[str, Any]:
@@ -345,6 +352,8 @@ class Plan:
     fwd: Graph
     bwd: Graph | None
     stats_shape: tuple[int, ...]  # packed: (tokens, heads, 1); else (b, heads, s, 1)
+    fwd_workspace: torch.Tensor | None = None
+    bwd_workspace: torch.Tensor | None = None
 
     calibrated: bool = False
 
@@ -352,13 +361,13 @@ class Plan:
         o_dtype = self.fwd.key.o_dtype
         out = torch.empty_like(q, dtype=getattr(torch, o_dtype) if o_dtype else q.dtype)
         stats = torch.empty(self.stats_shape, dtype=torch.float32, device=q.device)
-        self.fwd.run(q=q, k=k, v=v, o=out, stats=stats)
+        self.fwd.run(self.fwd_workspace, q=q, k=k, v=v, o=out, stats=stats)
         if out.dtype == torch.float8_e4m3fn and not self.calibrated:
             # The first call (the gate's, or the warm-up's) sets O's scale from its own amax.
             amax = self.fwd.aux["amax_o"].clamp_min(1e-30)
             self.fwd.aux["scale_o"].copy_(E4M3_MAX / amax)
             self.calibrated = True
-            self.fwd.run(q=q, k=k, v=v, o=out, stats=stats)
+            self.fwd.run(self.fwd_workspace, q=q, k=k, v=v, o=out, stats=stats)
         return out, stats
 
     def dequantize(self, out: torch.Tensor) -> torch.Tensor:
@@ -370,7 +379,7 @@ class Plan:
         if self.bwd is None:
             raise RuntimeError("cudnn_fe: no backward graph (prepare builds it for a backward problem)")
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        self.bwd.run(q=q, k=k, v=v, o=out, do=dout, stats=stats, dq=dq, dk=dk, dv=dv)
+        self.bwd.run(self.bwd_workspace, q=q, k=k, v=v, o=out, do=dout, stats=stats, dq=dq, dk=dk, dv=dv)
         return dq, dk, dv
 
 
@@ -430,10 +439,12 @@ class CudnnFrontend(Kernel):
             stats_shape = (problem.batch * problem.seqlen, key.heads_q, 1)
         else:
             stats_shape = (key.batch, key.heads_q, key.seqlen_q, 1)
-        return {"plan": Plan(fwd, bwd, stats_shape), "diagonal_alignment": key.mask.alignment,
+        plan = Plan(fwd, bwd, stats_shape, fwd.new_workspace(), bwd.new_workspace() if bwd else None)
+        return {"plan": plan, "diagonal_alignment": key.mask.alignment,
                 "left_bound": key.mask.left_bound, "right_bound": key.mask.right_bound,
                 "layout": "thd" if key.ragged else "bshd", "sequences": key.batch,
                 "fwd_plan": fwd.plan, "bwd_plan": bwd.plan if bwd else None, "version": _version(),
+                "fwd_workspace_bytes": fwd.workspace_bytes, "bwd_workspace_bytes": bwd.workspace_bytes if bwd else None,
                 **({"fp8_output": o_dtype, "fp8_scales": "unit descales; scale_s 448; scale_o 448/amax(O) "
                     "of the first call" if o_dtype == "float8_e4m3fn" else "unit descales; scale_s 448"}
                    if o_dtype else {})}

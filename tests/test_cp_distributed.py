@@ -202,3 +202,69 @@ def test_hung_cell_in_a_resident_group_is_a_timeout_row_and_the_group_is_killed(
     assert row["status"] == "timeout" and row["isolation"] == "resident", row
     time.sleep(1)
     assert not _group_processes(), "a killed group left ranks behind"
+
+
+def _fail_first_settings(**options):
+    return {"strategy": "test_fail_first", "mask": "causal", "seqlen": 256, "cp_size": 2, "heads_q": 4,
+            "heads_kv": 2, "head_dim": 16, "gate_seqlen": 128, "reps": 1, "warmup": 0, "device": "cpu",
+            "strategy_options": {"local_kernel": "sdpa_math", **options}}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("isolation, then", [
+    ("fork", "; 1 other rank failed after it: rank 0 ("),
+    ("worker", "; no other rank failed; the group was killed at the cell's 20 s limit;")], ids=["fork", "resident"])
+def test_a_failed_row_names_the_rank_that_failed_first(tmp_path, monkeypatch, isolation, then):
+    """Rank 1 raises; rank 0 goes on into the ring and waits for it.  In a torchrun of its own (fork:
+    what a SLURM job runs) rank 1 then exits and rank 0 fails seconds later, its partner gone; in a
+    resident group rank 1 stays and rank 0 waits until the cell's limit.  Either way the row names
+    rank 1's error, not rank 0's failure or the limit."""
+    from longca.execution.cluster import cp_launch
+
+    monkeypatch.setenv("LONGCA_TEST_KERNELS", "1")
+    monkeypatch.setenv("LONGCA_TEST_GROUP", str(tmp_path))  # a resident group of this test's own
+    monkeypatch.setattr(cp_launch, "COLLECTIVE_SHARE", 0.01)  # collectives give up after 5 s
+    out = tmp_path / "results" / "cells" / "cp" / "test_fail_first" / "causal" / "float32_fwd_128x2.json"
+    row = cp_launch.run(_fail_first_settings(), str(out), cell_id="test_fail_first/causal/float32_fwd_128x2",
+                        timeout_s=120 if isolation == "fork" else 20, threads=2, isolation=isolation)
+    assert row["status"] == "error", row
+    assert row["reason"].startswith("first failure: rank 1 (host "), row["reason"]
+    assert "RuntimeError: test_fail_first: rank 1 fails first, on purpose" in row["reason"]
+    assert then in row["reason"]
+    assert row["reason"].endswith(f"every rank's output: {tmp_path}/results/logs/cp/test_fail_first/causal/"
+                                  "float32_fwd_128x2.log")
+    assert json.loads(out.read_text())["reason"] == row["reason"]
+    assert not list(out.parent.glob("*.failures"))  # the ranks' records are not left beside the row
+
+
+@pytest.mark.slow
+def test_a_rank_killed_without_a_python_exception_is_named_from_torchruns_report(tmp_path, monkeypatch):
+    from longca.execution.cluster import cp_launch
+
+    monkeypatch.setenv("LONGCA_TEST_KERNELS", "1")
+    monkeypatch.setattr(cp_launch, "COLLECTIVE_SHARE", 0.01)
+    row = cp_launch.run(_fail_first_settings(die=True), str(tmp_path / "row.json"), cell_id="killed",
+                        timeout_s=120, threads=2)
+    assert row["status"] == "error", row
+    assert row["reason"].startswith("first failure: rank 1 (host "), row["reason"]
+    assert "as torchrun saw it): Signal 9 (SIGKILL)" in row["reason"]
+    assert "torchrun exited with status 1" in row["reason"]
+
+
+@pytest.mark.slow
+def test_a_failure_starting_the_process_group_is_named(tmp_path):
+    """The issue's case: NCCL missing (this CPU-only torch has no NCCL), every rank failing before the
+    process group is up; rank 0 writes no row, and the row names the failure, not torchrun's status."""
+    import torch.distributed as dist
+
+    from longca.execution.cluster import cp_launch
+
+    if dist.is_nccl_available():
+        pytest.skip("this torch has NCCL")
+    settings = {**_fail_first_settings(), "strategy": "ring", "device": "cuda"}
+    row = cp_launch.run(settings, str(tmp_path / "row.json"), cell_id="no_nccl", timeout_s=120, threads=2)
+    assert row["status"] == "error", row
+    assert "before the process group was up: RuntimeError: Distributed package doesn't have NCCL built in" \
+        in row["reason"], row["reason"]
+    assert "1 other rank failed after it: rank " in row["reason"]
+    assert row["reason"].endswith("torchrun exited with status 1 and rank 0 wrote no row")

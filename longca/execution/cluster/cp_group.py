@@ -82,9 +82,10 @@ def _log_tail(name: str) -> str:
 
 
 def measure(settings: dict, *, cell_id: str, fingerprint: str | None, timeout_s: float,
-            collective_timeout_s: float, threads: int) -> tuple[str, object]:
+            collective_timeout_s: float, threads: int, failures: str | None = None) -> tuple[str, object]:
     """The cell measured by its GPU set's group: ``("row", row)``, or ``("timeout", None)`` /
-    ``("error", reason)`` when the group gave no row."""
+    ``("error", reason)`` when the group gave no row.  ``failures``: the folder where each rank
+    records its first failure (``measure.first_failure``)."""
     nproc = int(settings["cp_size"])
     device = settings.get("device", "cpu")
     slots = _slots(settings, nproc)
@@ -102,7 +103,7 @@ def measure(settings: dict, *, cell_id: str, fingerprint: str | None, timeout_s:
                 sock = start_server(name, command)
             except WorkerError as exc:
                 return "error", f"the CP group did not start: {exc}"
-            cell = {"settings": settings, "cell_id": cell_id, "fingerprint": fingerprint}
+            cell = {"settings": settings, "cell_id": cell_id, "fingerprint": fingerprint, "failures": failures}
             return _exchange(sock, cell, name, timeout_s)
         finally:
             for slot in slots:

@@ -4,19 +4,27 @@ rank 0 writes the row when the cell runs to the end (ok, unsupported, wrong, oom
 that timed out).  When the job dies (a crash, a rank killed) or outlives the cell's time limit
 (the whole process session is killed), this launcher writes the row itself: ``error`` with the
 exit status and the end of the log, or ``timeout``.  Either way the row is written atomically.
+
+A failed row names the first failure over all ranks, not rank 0's own: every rank records its
+first failure in the cell's failure folder (beside the row, so on the shared filesystem across
+nodes), ranks that died without a Python exception are taken from torchrun's report in the log,
+and the row's status and reason become the earliest one's (``measure.first_failure``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from ... import run_dir
 from ...cells import tokens_per_rank
+from ..measure import first_failure
 from . import cp_group
 from ..processes import gpu_slots
 from ..cache import kept_rows
@@ -63,7 +71,7 @@ def _free_port() -> int:
 
 
 def torchrun_command(settings: dict, out: str, *, cell_id: str, fingerprint: str | None, timeout_s: float,
-                     threads: int) -> list[str]:
+                     threads: int, failures: str | os.PathLike | None = None) -> list[str]:
     nproc = int(settings["cp_size"])
     nodes = nodes_of(settings)
     job_id = os.environ.get("SLURM_JOB_ID")
@@ -90,6 +98,8 @@ def torchrun_command(settings: dict, out: str, *, cell_id: str, fingerprint: str
         cmd += ["--fingerprint", fingerprint]
     if rank_threads:
         cmd += ["--threads", str(rank_threads)]  # the cell's cores (per node), shared by its ranks
+    if failures:
+        cmd += ["--failures", str(failures)]
     return cmd
 
 
@@ -131,12 +141,18 @@ def run(settings: dict, out: str, *, cell_id: str, fingerprint: str | None = Non
         write_json_atomic(kept, out)
         return kept
     resident = isolation in cp_group.RESIDENT and nodes_of(settings) == 1
-    if resident:
-        row = _run_resident(settings, cell_id=cell_id, fingerprint=fingerprint, timeout_s=timeout_s,
-                            threads=threads, started=started)
-    else:
-        row = _run(settings, out, cell_id=cell_id, fingerprint=fingerprint, timeout_s=timeout_s, threads=threads,
-                   started=started)
+    failures = first_failure.fresh(first_failure.folder_for(out))
+    try:
+        if resident:
+            row, reported, context = _run_resident(settings, cell_id=cell_id, fingerprint=fingerprint,
+                                                   timeout_s=timeout_s, threads=threads, started=started,
+                                                   failures=failures)
+        else:
+            row, reported, context = _run(settings, out, cell_id=cell_id, fingerprint=fingerprint,
+                                          timeout_s=timeout_s, threads=threads, started=started, failures=failures)
+        row = _name_first_failure(row, failures, reported, context=context, log=cell_log(out, cell_id))
+    finally:
+        shutil.rmtree(failures, ignore_errors=True)
     row["isolation"] = "resident" if resident else "fork"
     row["job_wall_s"] = time.time() - job_started
     write_json_atomic(row, out)
@@ -144,28 +160,53 @@ def run(settings: dict, out: str, *, cell_id: str, fingerprint: str | None = Non
     return row
 
 
+def cell_log(out: str | os.PathLike, cell_id: str) -> str | None:
+    """The cell's log (where the rule sends this command's stderr), when ``out`` is the cell's row in
+    a run directory; None for a row elsewhere."""
+    suffix = f"{run_dir.CP_CELLS}/{cell_id}.json"
+    text = str(out)
+    return text[: -len(suffix)] + run_dir.cell_log("cp", cell_id) if text.endswith(suffix) else None
+
+
+def _name_first_failure(row: dict, folder: Path, reported: list, *, context: str | None, log: str | None) -> dict:
+    """``row`` naming the first failure over all ranks (their records in ``folder``, and ``reported``:
+    the ranks torchrun reported failed), each one also printed to the log in full; ``context``: what
+    the launcher saw, kept in the reason."""
+    failures = first_failure.combined(first_failure.recorded(folder), reported)
+    if row.get("status") not in first_failure.REPLACEABLE or not failures:
+        return row
+    for f in failures:
+        print(f"longca cp-cell: rank {f.rank} on {f.host} failed at {f.time:.3f} ({f.source}, {f.stage}): "
+              f"{f.text()}", file=sys.stderr)
+    return first_failure.name_first(row, failures, log=log, context=context)
+
+
 def _collective_timeout(timeout_s: float) -> float:
     return max(timeout_s * COLLECTIVE_SHARE, 5)
 
 
 def _run_resident(settings: dict, *, cell_id: str, fingerprint: str | None, timeout_s: float, threads: int,
-                  started: float) -> dict:
+                  started: float, failures: Path) -> tuple[dict, list, str | None]:
+    """``(row, [], what the client saw)``: a group's ranks all run on this machine, under one agent."""
     kind, result = cp_group.measure(settings, cell_id=cell_id, fingerprint=fingerprint, timeout_s=timeout_s,
-                                    collective_timeout_s=_collective_timeout(timeout_s), threads=threads)
+                                    collective_timeout_s=_collective_timeout(timeout_s), threads=threads,
+                                    failures=str(failures))
     if kind == "row":
-        return result
+        return result, [], None
     if kind == "timeout":
-        return failure_row(settings, "timeout", f"CP cell killed after its {timeout_s:g} s limit (its resident group "
-                           "was killed with it)", cell_id=cell_id, fingerprint=fingerprint,
-                           wall_s=time.time() - started)
-    return failure_row(settings, "error", result, cell_id=cell_id, fingerprint=fingerprint,
-                       wall_s=time.time() - started)
+        return (failure_row(settings, "timeout", f"CP cell killed after its {timeout_s:g} s limit (its resident "
+                            "group was killed with it)", cell_id=cell_id, fingerprint=fingerprint,
+                            wall_s=time.time() - started),
+                [], f"the group was killed at the cell's {timeout_s:g} s limit")
+    return (failure_row(settings, "error", result, cell_id=cell_id, fingerprint=fingerprint,
+                        wall_s=time.time() - started), [], "the group ended without a row")
 
 
 def _run(settings: dict, out: str, *, cell_id: str, fingerprint: str | None, timeout_s: float, threads: int,
-         started: float) -> dict:
+         started: float, failures: Path) -> tuple[dict, list, str | None]:
+    """``(row, the ranks torchrun reported failed, what the launcher saw)``."""
     cmd = torchrun_command(settings, out, cell_id=cell_id, fingerprint=fingerprint, timeout_s=timeout_s,
-                           threads=threads)
+                           threads=threads, failures=failures)
     slots = _local_gpu_slots(settings)
     try:
         # Its own session, so a timeout kills torchrun and every rank it started.
@@ -182,16 +223,22 @@ def _run(settings: dict, out: str, *, cell_id: str, fingerprint: str | None, tim
         for slot in slots:
             slot.release()
     sys.stderr.write(log or "")
+    # The ranks torchrun's agents reported dead (those without a record of their own may have died
+    # without a Python exception), and what the launcher saw, for the row's first failure.
+    reported = first_failure.torchrun_failures(log or "")
     if os.path.exists(out) and not timed_out:
         with open(out) as f:
-            return json.load(f)
+            row = json.load(f)
+        return row, reported, f"torchrun exited with status {proc.returncode}" if proc.returncode else None
     wall = time.time() - started
     if timed_out:
         row = failure_row(settings, "timeout", f"CP cell killed after its {timeout_s:g} s limit",
                           cell_id=cell_id, fingerprint=fingerprint, wall_s=wall)
+        context = f"the job was killed at its {timeout_s:g} s limit"
     else:
         tail = " | ".join(line for line in (log or "").strip().splitlines()[-6:])
         row = failure_row(settings, "error", f"torchrun exited with status {proc.returncode} and no row: {tail}",
                           cell_id=cell_id, fingerprint=fingerprint, wall_s=wall)
+        context = f"torchrun exited with status {proc.returncode} and rank 0 wrote no row"
     write_json_atomic(row, out)
-    return row
+    return row, reported, context

@@ -247,8 +247,10 @@ def _gather(value):
     return out
 
 
-def run_cell(spec: CPSpec) -> dict[str, Any] | None:
-    """Measure one CP cell on every rank; rank 0 returns the row, the others None."""
+def run_cell(spec: CPSpec, on_failure=None) -> dict[str, Any] | None:
+    """Measure one CP cell on every rank; rank 0 returns the row, the others None.  ``on_failure(status,
+    exc)``: called on each rank the moment its measurement fails (``first_failure.Recorder.note``:
+    rank 0's row may otherwise name its own later failure, a consequence of another rank's)."""
     started = time.time()
     rank, world = dist.get_rank(), dist.get_world_size()
     row: dict[str, Any] = {"kind": "cp", **dataclasses.asdict(spec), "status": "error", "reason": None}
@@ -304,6 +306,8 @@ def run_cell(spec: CPSpec) -> dict[str, Any] | None:
             row["status"] = "ok"
     except Unsupported as exc:
         failure = ("unsupported", str(exc))
+        if on_failure:
+            on_failure("unsupported", exc)
     except Exception as exc:  # noqa: BLE001 — every failure becomes a row
         text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         if is_oom(exc):
@@ -312,6 +316,8 @@ def run_cell(spec: CPSpec) -> dict[str, Any] | None:
             failure = ("timeout", text)
         else:
             failure = ("error", text)
+        if on_failure:
+            on_failure(failure[0], exc)
     if failure:
         row["status"], row["reason"] = failure
     environment = env.collect(device)

@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from ..measure.cp_cell import CPSpec, run_cell
 from ..measure.cp_rank import identified
+from ..measure.first_failure import Recorder
 from .wire import recv_msg, send_msg
 
 # Rows after which the group is not trusted with another cell.
@@ -80,7 +81,8 @@ def serve(socket_path: str, device_type: str, idle_s: float, timeout_s: float, t
                 continue
             spec = CPSpec.from_dict(msg["settings"])
             started = time.time()
-            row = run_cell(spec)
+            # Each rank records its own first failure, so the row can name the earliest over all ranks.
+            row = run_cell(spec, on_failure=Recorder(msg.get("failures"), rank).note)
             served += 1
             if rank == 0:
                 identified(row, msg.get("cell_id"), msg.get("fingerprint"))

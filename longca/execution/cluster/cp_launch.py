@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from ... import cp_env
 from ...cells import tokens_per_rank
 from . import cp_group
 from ..processes import gpu_slots
@@ -105,7 +106,8 @@ def _local_gpu_slots(settings: dict) -> list:
 
 def failure_row(settings: dict, status: str, reason: str, *, cell_id: str, fingerprint: str | None,
                 wall_s: float) -> dict:
-    row = {"kind": "cp", **settings, "status": status, "reason": reason, "cell_id": cell_id,
+    measured, launch = cp_env.split(settings)  # the preset is a column of its own, as in a measured row
+    row = {"kind": "cp", **measured, cp_env.KEY: launch, "status": status, "reason": reason, "cell_id": cell_id,
            "fingerprint": fingerprint, "wall_s": wall_s}
     row["mask_params"] = json.dumps(settings.get("mask_params", {}), sort_keys=True)
     row["strategy_options"] = json.dumps(settings.get("strategy_options", {}), sort_keys=True)
@@ -131,7 +133,10 @@ def run(settings: dict, out: str, *, cell_id: str, fingerprint: str | None = Non
         write_json_atomic(kept, out)
         return kept
     resident = isolation in cp_group.RESIDENT and nodes_of(settings) == 1
-    if resident:
+    if (why := cp_env.problem(cp_env.of(settings))):  # before any rank starts
+        row = failure_row(settings, "error", why, cell_id=cell_id, fingerprint=fingerprint,
+                          wall_s=time.time() - started)
+    elif resident:
         row = _run_resident(settings, cell_id=cell_id, fingerprint=fingerprint, timeout_s=timeout_s,
                             threads=threads, started=started)
     else:
@@ -169,8 +174,10 @@ def _run(settings: dict, out: str, *, cell_id: str, fingerprint: str | None, tim
     slots = _local_gpu_slots(settings)
     try:
         # Its own session, so a timeout kills torchrun and every rank it started.
+        # The launch environment goes into torchrun's environment, so every rank (and, under srun's
+        # --export=ALL, every node's) starts with it, before CUDA or NCCL is initialised.
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+                                start_new_session=True, env=cp_env.environ(cp_env.of(settings)))
         timed_out = False
         try:
             log, _ = proc.communicate(timeout=timeout_s or None)

@@ -15,6 +15,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+from ... import cp_env
 from ..cache.atomic import write_json_atomic
 from . import env
 from .cp_cell import CPSpec, run_cell
@@ -29,6 +30,14 @@ def identified(row: dict, cell_id: str | None, fingerprint: str | None) -> dict:
     return row
 
 
+def launch_seen() -> list[dict]:
+    """The launch environment's variables as every rank sees them (a collective: every rank calls
+    it), so a row records what its ranks ran under, not what was asked for."""
+    seen: list = [None] * dist.get_world_size()
+    dist.all_gather_object(seen, cp_env.seen())
+    return seen
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m longca.execution.measure.cp_rank")
     parser.add_argument("--settings", required=True, help="the cell's resolved settings (JSON)")
@@ -38,14 +47,19 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="collective timeout, seconds")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads per rank")
     args = parser.parse_args(argv)
-    spec = CPSpec.from_dict(json.loads(args.settings))
+    # The preset was applied by the launcher (the ranks' environment); here it is only recorded.
+    settings, launch = cp_env.split(json.loads(args.settings))
+    cp_env.variables(launch)  # an unknown preset stops the rank before any work
+    spec = CPSpec.from_dict(settings)
     if args.threads:
         torch.set_num_threads(args.threads)
     backend = "nccl" if spec.device == "cuda" else "gloo"
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
     try:
+        seen = launch_seen()
         row = run_cell(spec)
         if row is not None:
+            cp_env.record(row, launch, seen)
             write_json_atomic(identified(row, args.cell_id, args.fingerprint), args.out)
             print(f"{args.cell_id}: {row['status']}"
                   + (f" {row['tflops_per_gpu']:.3f} TFLOPs/s per GPU" if row["status"] == "ok"

@@ -507,6 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
     cpg.add_argument("--threads", type=int, default=0, help="torch CPU threads per rank")
     cpg.add_argument("--collective-timeout", type=float, default=480.0,
                      help="seconds a collective may wait before the group gives up")
+    cpg.add_argument("--cp-env", default="default",
+                     help="the CP launch environment set in the ranks' environment (longca/cp_envs.yaml)")
     cpg.set_defaults(func=_cp_group)
 
     cps = command("cp-strategies", help="list the CP strategies and their options")

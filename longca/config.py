@@ -21,7 +21,7 @@ from typing import Any, Iterator
 import jsonschema
 import yaml
 
-from . import problem_settings, shapes, timing_spec
+from . import cp_env, problem_settings, shapes, timing_spec
 from .attention import masks, varlen
 from .cells import CPCell, KernelCell, Shape, cell_name, cp_seqlen, layout_mask, shaped_mask, split_layout  # noqa: F401 — the grid's cells, named in cells.py
 
@@ -478,6 +478,9 @@ def _cp_problems(config: dict, mask_labels: set[str]) -> list[str]:
                             f"({', '.join(sorted(mask_labels))}) nor a mask pattern")
     if config["cp_strategies"] and not config["cp_sizes"]:
         problems.append("config.cp_sizes: CP strategies are listed but no CP size")
+    # The presets are data (longca/cp_envs.yaml), so the schema takes a string and the name is held here.
+    if (why := cp_env.problem(config["cp_env"])):
+        problems.append(f"config.cp_env: {why}{did_you_mean(config['cp_env'], cp_env.presets())}")
     return problems
 
 
@@ -526,6 +529,7 @@ def cp_cell_settings(config: dict, strategy: str, mask: str, tokens_per_rank: in
         settings["strategy_options"] = options
     if config.get("ranks_per_node"):
         settings["ranks_per_node"] = min(int(config["ranks_per_node"]), int(cp_size))
+    settings.update(cp_env.settings_entry(config.get("cp_env", cp_env.DEFAULT)))  # default: none, key as before
     return settings
 
 

@@ -37,6 +37,20 @@ def test_layouts_multiply_only_the_cells_of_masks_that_draw_documents_and_keep_l
         _grid(cp_layouts=0)
 
 
+def test_three_layouts_are_three_different_draws_of_documents():
+    import torch
+
+    from longca.execution.measure.cp_cell import CPSpec
+
+    cfg = _grid(cp_layouts=3)
+    drawn = {}
+    for cell in config.cp_cells(cfg):
+        if cell.mask.startswith("docs"):
+            spec = CPSpec.from_dict(config.cp_cell_settings(cfg, "ring", cell.mask, 64, 2, "fwd", "float32"))
+            drawn[cell.mask] = tuple(map(str, spec.problem(torch.device("cpu")).mask.slices))
+    assert len(drawn) == 3 and len(set(drawn.values())) == 3
+
+
 def _row(mask, tflops, status="ok", seed=0):
     return {"cell_id": f"ring/{mask}/float32_fwd_64x2", "strategy": "ring", "mask": mask, "cp_size": 2,
             "seqlen": 128, "direction": "fwd", "dtype": "float32", "status": status, "reason": None,
@@ -51,9 +65,19 @@ def test_layout_means_average_the_ok_layouts_and_name_the_cell_by_layout_zero():
     docs = out.loc["ring/docs/float32_fwd_64x2"]
     assert (docs["mask"], docs["status"], docs["layouts"]) == ("docs", "ok", 2)
     assert (docs["tflops_per_gpu"], docs["layout_min"], docs["layout_max"]) == (15.0, 10.0, 20.0)
+    assert docs["layout_std"] == pytest.approx(50 ** 0.5)  # sample std of 10 and 20
     assert out.loc["ring/causal/float32_fwd_64x2", "tflops_per_gpu"] == 30.0 and len(out) == 2
     plain = cp[~cp["mask"].str.contains("~")]
     assert tables.layout_means(plain) is plain  # one layout: the table as it is
+
+
+def test_a_wrong_layout_makes_the_averaged_cell_wrong_naming_the_layout():
+    wrong = {**_row("docs~layout2", 12.0, "wrong", 2), "reason": "relative L2 error 3e-1"}
+    cp = pd.DataFrame([_row("docs", 10.0), _row("docs~layout1", 20.0, seed=1), wrong])
+    docs = tables.layout_means(cp).iloc[0]
+    assert docs["status"] == "wrong" and docs["reason"] == "layout 2: relative L2 error 3e-1"
+    assert (docs["layouts"], docs["tflops_per_gpu"]) == (2, 15.0)  # the mean still of the ok layouts alone
+    assert tables.best_strategies(tables.cp_efficiency(tables.layout_means(cp), pd.DataFrame()))[0]["strategy"] is None
 
 
 @pytest.mark.slow

@@ -127,8 +127,9 @@ def test_the_circle_check_sees_imports_inside_functions_and_of_a_package_init():
 # A name is a top-level module or subpackage of longca/ ("__init__": the package's own file).
 ORDER: tuple[tuple[str, ...], ...] = (
     # Settings and names, torch-free, that every layer shares: the registry that finds kernels and
-    # strategies, a cell's problem and timing as settings, the run's paths, a cell's identity.
-    ("__init__", "registry", "spec", "timing_spec", "problem_settings", "run_dir", "cells"),
+    # strategies, a cell's problem and timing as settings, the run's paths, a cell's identity, the
+    # CP launch environments.
+    ("__init__", "registry", "spec", "timing_spec", "problem_settings", "run_dir", "cells", "cp_env"),
     # The attention model, and its public names re-exported at the top (masks, flops, reference).
     ("attention", "masks", "flops", "reference"),
     ("kernels",),

@@ -148,6 +148,8 @@ CP_SCHEMA = pa.schema(
         ("job_wall_s", pa.float64()),
         ("timed_via", pa.string()),
         ("host_ms", pa.float64()),
+        ("cp_env", pa.string()),
+        ("cp_env_vars", pa.string()),
     ])
 
 _VERSIONS = {id(KERNEL_SCHEMA): SCHEMA_VERSION, id(CP_SCHEMA): CP_SCHEMA_VERSION}

@@ -146,6 +146,8 @@ CP_COLUMNS = [
            "document layouts averaged (config cp_layouts): the figures are their mean", True),
     Column("layout_min", "layout min", fmt_number, "the slowest layout's per-GPU TFLOPs/s", True),
     Column("layout_max", "layout max", fmt_number, "the fastest layout's per-GPU TFLOPs/s", True),
+    Column("layout_std", "layout std", fmt_number,
+           "standard deviation of the layouts' per-GPU TFLOPs/s (sample; none for one layout)", True),
     Column("scaling", "scaling", fmt_number,
            "per-GPU TFLOPs/s ÷ the same strategy and local kernel's at cp_size 1 and the same tokens/rank", True),
     Column("vs_one_gpu", "vs best 1 GPU", fmt_number,

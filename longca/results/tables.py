@@ -490,9 +490,12 @@ def cp_efficiency(cp: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
 def layout_means(cp: pd.DataFrame) -> pd.DataFrame:
     """One row per CP cell measured on several document layouts (config ``cp_layouts``: cells
     ``<mask>~layout<i>``): named as layout 0's cell, its per-GPU TFLOPs/s (and p20/p80, median_ms,
-    FLOPs) the mean over the layouts that ran ok, with ``layouts`` (how many) and ``layout_min`` /
-    ``layout_max`` (their per-GPU TFLOPs/s); ok when any layout is.  A table without such cells is
-    returned as it is (no new columns)."""
+    FLOPs) the mean over the layouts that ran ok, with ``layouts`` (how many), ``layout_min`` /
+    ``layout_max`` and ``layout_std`` (their per-GPU TFLOPs/s; the sample standard deviation, NaN
+    for one layout); ok when any layout is, but ``wrong`` when any layout is wrong (the reason
+    names it): a strategy wrong on one draw of documents is wrong, whatever it does on the others.
+    A layout that failed otherwise (error, timeout) stays out of the mean and among the failed
+    cells.  A table without such cells is returned as it is (no new columns)."""
     from ..cells import split_layout
 
     if cp is None or cp.empty or "mask" not in cp.columns:
@@ -511,6 +514,7 @@ def layout_means(cp: pd.DataFrame) -> pd.DataFrame:
         row["layouts"] = len(ok)
         row["layout_min"] = ok["tflops_per_gpu"].min() if len(ok) else np.nan
         row["layout_max"] = ok["tflops_per_gpu"].max() if len(ok) else np.nan
+        row["layout_std"] = ok["tflops_per_gpu"].std() if len(ok) > 1 else np.nan
         if len(ok):
             first = ok.iloc[0]
             for column in ("tflops_per_gpu", "tflops_per_gpu_p20", "tflops_per_gpu_p80", "median_ms", "flops"):
@@ -518,6 +522,11 @@ def layout_means(cp: pd.DataFrame) -> pd.DataFrame:
                     row[column] = ok[column].mean()
             for column in ("status", "reason"):
                 row[column] = first[column]
+        wrong = group[group["status"] == "wrong"]
+        if len(wrong):
+            row["status"] = "wrong"
+            row["reason"] = "; ".join(f"layout {layout}: {reason}"
+                                      for layout, reason in zip(wrong["_layout"], wrong["reason"]))
         rows.append(row)
     return pd.DataFrame(rows).drop(columns="_layout").reset_index(drop=True)
 

@@ -7,7 +7,8 @@ together (two cp_size-2 cells share a 4-GPU host), connects to the group that se
 GPU set, starting it on first use (``longca cp-group``, a ``torchrun`` job whose ranks run
 ``longca.execution.processes.cp_resident``), hands over the cell's settings and writes the row it gets
 back.  The group's name carries the worker key (interpreter, LongCA's sources, ``LONGCA_*``
-environment), so no group runs stale code.
+environment), so no group runs stale code, and the cell's launch environment (config ``cp_env``),
+set in the group's environment when it starts, so a group serves only cells of its own preset.
 
 Failures stay rows: a group that does not reply within the cell's limit is killed whole (its
 process group) and the row is ``timeout``; one that dies gives an ``error`` row with the end of
@@ -24,6 +25,7 @@ import socket
 import sys
 import time
 
+from ... import cp_env
 from ..processes import gpu_slots
 from ..processes.wire import recv_msg, send_msg
 from ..processes.worker import DEFAULT_IDLE_S, WorkerError, runtime_dir, start_server, worker_key
@@ -38,9 +40,11 @@ def threads_per_rank(threads: int, ranks: int) -> int:
     return max(1, threads // ranks) if threads else 0
 
 
-def group_name(device: str, devices: list[str], threads: int, environ: dict | None = None) -> str:
+def group_name(device: str, devices: list[str], threads: int, environ: dict | None = None,
+               launch: str = cp_env.DEFAULT) -> str:
     where = "_".join(d.replace("/", "_") for d in devices) if device == "cuda" else f"cpu{len(devices)}"
-    return f"{worker_key(environ)}-cp-{where}-t{threads}"
+    preset = "" if launch == cp_env.DEFAULT else f"-e{launch}"
+    return f"{worker_key(environ)}-cp-{where}-t{threads}{preset}"
 
 
 def launch_command(nproc: int, device: str, socket_path: str, *, idle_s: float, collective_timeout_s: float,
@@ -56,7 +60,7 @@ def launch_command(nproc: int, device: str, socket_path: str, *, idle_s: float, 
 
 def exec_group(args) -> int:
     """``longca cp-group``: become the group's ``torchrun`` (same pid, so the client's kill reaches it)."""
-    env = dict(os.environ)
+    env = cp_env.environ(args.cp_env)  # before any rank starts: CUDA and NCCL read them at start-up
     if args.device == "cuda":
         env["CUDA_VISIBLE_DEVICES"] = args.devices
     idle = float(os.environ.get("LONGCA_WORKER_IDLE_S", DEFAULT_IDLE_S))
@@ -90,7 +94,8 @@ def measure(settings: dict, *, cell_id: str, fingerprint: str | None, timeout_s:
     device = settings.get("device", "cpu")
     slots = _slots(settings, nproc)
     devices = [s.device for s in slots] or ["cpu"] * nproc
-    name = group_name(device, devices, threads)
+    launch = cp_env.of(settings)
+    name = group_name(device, devices, threads, launch=launch)
     # One cell at a time per group (GPU cells already hold their slots; CPU cells queue here), and
     # the cell's limit runs from when it has the group.
     with open(runtime_dir() / f"{name}.busy", "w") as busy:
@@ -98,7 +103,7 @@ def measure(settings: dict, *, cell_id: str, fingerprint: str | None, timeout_s:
         try:
             command = ["cp-group", "--nproc", str(nproc), "--device", device, "--devices", ",".join(devices),
                        "--threads", str(threads_per_rank(threads, nproc)),
-                       "--collective-timeout", f"{collective_timeout_s:g}"]
+                       "--collective-timeout", f"{collective_timeout_s:g}", "--cp-env", launch]
             try:
                 sock = start_server(name, command)
             except WorkerError as exc:

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from ... import run_dir
+from ... import cp_env, run_dir
 from ...cells import tokens_per_rank
 from ..measure import first_failure
 from . import cp_group
@@ -115,7 +115,8 @@ def _local_gpu_slots(settings: dict) -> list:
 
 def failure_row(settings: dict, status: str, reason: str, *, cell_id: str, fingerprint: str | None,
                 wall_s: float) -> dict:
-    row = {"kind": "cp", **settings, "status": status, "reason": reason, "cell_id": cell_id,
+    measured, launch = cp_env.split(settings)  # the preset is a column of its own, as in a measured row
+    row = {"kind": "cp", **measured, cp_env.KEY: launch, "status": status, "reason": reason, "cell_id": cell_id,
            "fingerprint": fingerprint, "wall_s": wall_s}
     row["mask_params"] = json.dumps(settings.get("mask_params", {}), sort_keys=True)
     row["strategy_options"] = json.dumps(settings.get("strategy_options", {}), sort_keys=True)
@@ -141,18 +142,23 @@ def run(settings: dict, out: str, *, cell_id: str, fingerprint: str | None = Non
         write_json_atomic(kept, out)
         return kept
     resident = isolation in cp_group.RESIDENT and nodes_of(settings) == 1
-    failures = first_failure.fresh(first_failure.folder_for(out))
-    try:
-        if resident:
-            row, reported, context = _run_resident(settings, cell_id=cell_id, fingerprint=fingerprint,
-                                                   timeout_s=timeout_s, threads=threads, started=started,
-                                                   failures=failures)
-        else:
-            row, reported, context = _run(settings, out, cell_id=cell_id, fingerprint=fingerprint,
-                                          timeout_s=timeout_s, threads=threads, started=started, failures=failures)
-        row = _name_first_failure(row, failures, reported, context=context, log=cell_log(out, cell_id))
-    finally:
-        shutil.rmtree(failures, ignore_errors=True)
+    if (why := cp_env.problem(cp_env.of(settings))):  # before any rank starts
+        row = failure_row(settings, "error", why, cell_id=cell_id, fingerprint=fingerprint,
+                          wall_s=time.time() - started)
+    else:
+        failures = first_failure.fresh(first_failure.folder_for(out))
+        try:
+            if resident:
+                row, reported, context = _run_resident(settings, cell_id=cell_id, fingerprint=fingerprint,
+                                                       timeout_s=timeout_s, threads=threads, started=started,
+                                                       failures=failures)
+            else:
+                row, reported, context = _run(settings, out, cell_id=cell_id, fingerprint=fingerprint,
+                                              timeout_s=timeout_s, threads=threads, started=started,
+                                              failures=failures)
+            row = _name_first_failure(row, failures, reported, context=context, log=cell_log(out, cell_id))
+        finally:
+            shutil.rmtree(failures, ignore_errors=True)
     row["isolation"] = "resident" if resident else "fork"
     row["job_wall_s"] = time.time() - job_started
     write_json_atomic(row, out)
@@ -210,8 +216,10 @@ def _run(settings: dict, out: str, *, cell_id: str, fingerprint: str | None, tim
     slots = _local_gpu_slots(settings)
     try:
         # Its own session, so a timeout kills torchrun and every rank it started.
+        # The launch environment goes into torchrun's environment, so every rank (and, under srun's
+        # --export=ALL, every node's) starts with it, before CUDA or NCCL is initialised.
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+                                start_new_session=True, env=cp_env.environ(cp_env.of(settings)))
         timed_out = False
         try:
             log, _ = proc.communicate(timeout=timeout_s or None)

@@ -15,6 +15,7 @@ import datetime
 import json
 import sys
 
+from ... import cp_env
 from ..cache.atomic import write_json_atomic
 from .first_failure import Recorder
 
@@ -28,6 +29,16 @@ def identified(row: dict, cell_id: str | None, fingerprint: str | None) -> dict:
     if row["status"] == "ok":
         row.update({f"timed_{k}": v for k, v in env.now_here().items()})
     return row
+
+
+def launch_seen() -> list[dict]:
+    """The launch environment's variables as every rank sees them (a collective: every rank calls
+    it), so a row records what its ranks ran under, not what was asked for."""
+    import torch.distributed as dist
+
+    seen: list = [None] * dist.get_world_size()
+    dist.all_gather_object(seen, cp_env.seen())
+    return seen
 
 
 def main(argv=None) -> int:
@@ -49,7 +60,10 @@ def main(argv=None) -> int:
 
         from .cp_cell import CPSpec, run_cell
 
-        spec = CPSpec.from_dict(json.loads(args.settings))
+        # The preset was applied by the launcher (the ranks' environment); here it is only recorded.
+        settings, launch = cp_env.split(json.loads(args.settings))
+        cp_env.variables(launch)  # an unknown preset stops the rank before any work
+        spec = CPSpec.from_dict(settings)
         if args.threads:
             torch.set_num_threads(args.threads)
         backend = "nccl" if spec.device == "cuda" else "gloo"
@@ -58,8 +72,10 @@ def main(argv=None) -> int:
         recorder.note("timeout" if "timed out" in str(exc).lower() else "error", exc, stage="start")
         raise
     try:
+        seen = launch_seen()
         row = run_cell(spec, on_failure=recorder.note)
         if row is not None:
+            cp_env.record(row, launch, seen)
             write_json_atomic(identified(row, args.cell_id, args.fingerprint), args.out)
             print(f"{args.cell_id}: {row['status']}"
                   + (f" {row['tflops_per_gpu']:.3f} TFLOPs/s per GPU" if row["status"] == "ok"

@@ -24,8 +24,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from ... import cp_env
 from ..measure.cp_cell import CPSpec, run_cell
-from ..measure.cp_rank import identified
+from ..measure.cp_rank import identified, launch_seen
 from ..measure.first_failure import Recorder
 from .wire import recv_msg, send_msg
 
@@ -73,19 +74,22 @@ def serve(socket_path: str, device_type: str, idle_s: float, timeout_s: float, t
               f"(idle exit after {idle_s:g} s)", flush=True)
     served = 0
     try:
+        # The group's environment is fixed for its life (its client starts one group per preset).
+        seen = launch_seen()
         while True:
             conn, msg = _next_cell(ctrl, server, idle_s)
             if msg is None:
                 break
             if msg.get("skip"):
                 continue
-            spec = CPSpec.from_dict(msg["settings"])
+            settings, launch = cp_env.split(msg["settings"])
+            spec = CPSpec.from_dict(settings)
             started = time.time()
             # Each rank records its own first failure, so the row can name the earliest over all ranks.
             row = run_cell(spec, on_failure=Recorder(msg.get("failures"), rank).note)
             served += 1
             if rank == 0:
-                identified(row, msg.get("cell_id"), msg.get("fingerprint"))
+                identified(cp_env.record(row, launch, seen), msg.get("cell_id"), msg.get("fingerprint"))
                 row["group_cell"] = served  # 1: this cell paid for the group's start-up
                 try:
                     send_msg(conn, row)

@@ -36,10 +36,11 @@ def test_size_is_chosen_within_the_time_target_and_the_cap():
 def test_size_with_the_best_probed_rate_is_timed(monkeypatch, probe_ms, expected):
     probed = []
 
-    def fake_probe(a, target_ms):
-        probed.append(a.shape[0])
-        return probe_ms[a.shape[0]]
+    def fake_probe(n, device, target_ms):  # the "call" is its size (product below)
+        probed.append(n)
+        return probe_ms[n]
 
+    monkeypatch.setattr(ceilings, "product", lambda n, device, dtype, gen: n)
     monkeypatch.setattr(ceilings, "_probe_ms", fake_probe)
     monkeypatch.setattr(ceilings, "MIN_N", 256)
     assert ceilings.choose_n(torch.device("cpu"), torch.float32, max_n=2048) == expected

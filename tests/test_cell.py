@@ -111,3 +111,15 @@ def test_each_part_carries_when_where_and_with_what_it_was_measured_and_a_reused
     regated = run_cell(CellSpec(kernel="sdpa_math", mask="causal", direction="fwd", **{**SMALL, "gate_seqlen": 32}),
                        store)
     assert (regated["gate_on"], regated["gate_library"]) == ("second-host", "torch 2.0 (now)")
+
+
+def test_a_library_build_refusing_a_problem_at_call_time_is_unsupported_not_error(monkeypatch):
+    # FA3 built with only head dim 128 says so when called ("This flash attention build does not
+    # support ..."): that is the build's limit, not a failure of the run.
+    row = run_cell(CellSpec(kernel="test_built_without", mask="causal", **SMALL))
+    assert row["status"] == "unsupported", row["reason"]
+    assert "this build of its library refused" in row["reason"] and "head dimension 64" in row["reason"]
+    # The same error from a kernel that does not declare the message stays an error.
+    monkeypatch.setattr(type(kernels.get("test_built_without")), "refusal_messages", ())
+    other = run_cell(CellSpec(kernel="test_built_without", mask="causal", **SMALL))
+    assert other["status"] == "error" and "head dimension 64" in other["reason"]

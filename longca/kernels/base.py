@@ -37,6 +37,9 @@ class Kernel:
     fp8_backward_missing: str | None = "LongCA measures fp8 forward only"
     # Set by a deterministic-backward variant: what its rows record (``notes``) and what it passes on.
     deterministic: bool = False
+    # What the library says, in an error it raises at call time, when *this build* does not take a
+    # problem (a head dim or dtype compiled out): such an error is ``unsupported``, not ``error``.
+    refusal_messages: tuple[str, ...] = ()
     # What the kernel calls besides torch (every kernel runs under it): distribution names, and
     # "cudnn" for the cuDNN library torch loaded.  Each row records their versions.
     libraries: tuple[str, ...] = ()
@@ -118,6 +121,10 @@ class Kernel:
         if self.deterministic:
             notes["deterministic"] = True
         return notes
+
+    def refused(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by the library while running a problem, is its build refusing it."""
+        return isinstance(exc, RuntimeError) and any(m in str(exc) for m in self.refusal_messages)
 
     def dequantize(self, out: torch.Tensor, prepared: dict[str, Any]) -> torch.Tensor:
         """The output as numbers, for the correctness gate (untimed): an fp8 output scaled by

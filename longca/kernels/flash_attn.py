@@ -56,6 +56,11 @@ class FlashAttnPackage(Kernel):
         self.name = name
         self.dtypes = dtypes
         self.dtype_reasons = dtype_reasons or {}
+        # FlashAttention-3 is built with parts compiled out (scripts/build_kernels.sh keeps head dim
+        # 128): its checks name what this build lacks.
+        self.refusal_messages = ("This flash attention build does not support",
+                                 "Flash-Attention was built with backward disabled",
+                                 "FlashAttention forward only supports head dimension at most")
         if fp8_backward_missing:
             self.fp8_backward_missing = fp8_backward_missing
         # A deterministic-backward variant passes ``deterministic=True`` (FA3's flag: dq accumulated

@@ -179,6 +179,15 @@ class Fp8WrongKernel(Fp8Kernel):
     P_SCALE = 1.0
 
 
+class BuiltWithoutKernel(_DenseSdpa):
+    name = "test_built_without"
+    description = "test-only: its 'build' lacks head dims above 32 and says so at call time, as FA3's does"
+    refusal_messages = ("This build does not support head dimension",)
+
+    def before(self) -> None:
+        raise RuntimeError("This build does not support head dimension 64 (compiled out)")
+
+
 class ExitingKernel(_DenseSdpa):
     name = "test_exits"
     description = "test-only: its 'library' calls sys.exit while loading (SystemExit, not an Exception)"
@@ -189,5 +198,6 @@ class ExitingKernel(_DenseSdpa):
 
 if os.environ.get("LONGCA_TEST_KERNELS") == "1":
     for _kernel in (WrongKernel, OomKernel, RefusingKernel, SegfaultKernel, AbortKernel, HangKernel, HogKernel,
-                    SleepKernel, LeakyKernel, TightKernel, ExitingKernel, Fp8Kernel, Fp8WrongKernel):
+                    SleepKernel, LeakyKernel, TightKernel, ExitingKernel, Fp8Kernel, Fp8WrongKernel,
+                    BuiltWithoutKernel):
         register(_kernel())

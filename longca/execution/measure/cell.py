@@ -174,6 +174,7 @@ def run_cell(spec: CellSpec, store: Store | None = None) -> dict[str, Any]:
     failure: tuple[str, str] | None = None
     raised = False
     cell_parts = _Parts(spec, store)
+    kernel: Kernel | None = None
     try:
         kernel = kernels.get(spec.kernel).with_options(spec.kernel_options)
         problem = spec.problem()
@@ -209,7 +210,10 @@ def run_cell(spec: CellSpec, store: Store | None = None) -> dict[str, Any]:
         failure = ("unsupported", str(exc))
     except Exception as exc:  # noqa: BLE001 — every failure becomes a result row
         raised = True
-        if is_oom(exc):
+        if kernel is not None and kernel.refused(exc):  # its build lacks this (a head dim compiled out)
+            failure = ("unsupported", f"{kernel.name}: this build of its library refused the problem: "
+                                      f"{str(exc).strip().splitlines()[0]}")
+        elif is_oom(exc):
             failure = ("oom", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         else:
             failure = ("error", "".join(traceback.format_exception_only(type(exc), exc)).strip())

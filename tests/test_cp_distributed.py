@@ -126,6 +126,7 @@ def test_time_based_warmup_keeps_ranks_in_step(tmp_path):
     row = run(settings, str(tmp_path / "row.json"), cell_id="ring/causal", timeout_s=120, threads=2)
     assert row["status"] == "ok", row.get("reason")
     assert row["warmup_ms"] == 150 and row["median_ms"] > 0
+    assert row["inputs_held"] == "shards"  # a rank times its own shards, the global tensors freed
     # Where and when it was timed: rank 0's host, during this run (the time is kept to the second).
     import socket
     from datetime import datetime

@@ -24,6 +24,10 @@ def test_harness_is_the_global_inputs_above_cp_size_1():
     assert cp_memory.harness_bytes(4, 1024, 64, 8, 128, 2) == 4 * 1024 * 128 * 2 * (64 + 64 + 8 + 8)
     assert cp_memory.harness_bytes(1, 1024, 64, 8, 128, 2) == 0
     assert cp_memory.harness_bytes(2, 1024, 64, 8, 128, 2, batch=3) == 3 * 2 * 1024 * 128 * 2 * 144
+    # Rows that record holding only their shards (measured from 2026-11-29 on) held none; older rows
+    # (no record) did.
+    held = cp_memory.harness_bytes([4, 4, 4], 1024, 64, 8, 128, 2, inputs_held=["shards", None, float("nan")])
+    assert list(held) == [0, 4 * 1024 * 128 * 2 * 144, 4 * 1024 * 128 * 2 * 144]
 
 
 def test_fit_recovers_the_coefficients_it_was_made_with():

@@ -3,8 +3,8 @@ on another (``longca plan``'s held-out memory line).
 
 A CP cell's ``peak_mem_bytes`` (longca/execution/measure/cp_cell.py) is the allocator's whole peak
 on the rank, so beside what a training step holds it counts what the measuring harness holds: the
-global Q, K, V and upstream gradient it draws and dispatches from (``_local_inputs`` keeps them for
-the whole timing), ``cp_size`` shards' worth of each.  The peak is modelled as a sum of terms
+global Q, K, V and upstream gradient it drew and dispatched from, ``cp_size`` shards' worth of each,
+in rows measured before 2026-11-29 (since then a rank times its own shards only: ``inputs_held``).  The peak is modelled as a sum of terms
 (``TERMS``: one definition each, a function of a row's counted parts) with coefficients fitted by
 least squares on the relative error (as ``memory_model`` fits the kernels' peaks):
 
@@ -39,11 +39,14 @@ def term(name: str):
     return register
 
 
-def harness_bytes(cp_size, tokens, heads_q, heads_kv, head_dim, itemsize, batch=1):
-    """The global Q, K, V and upstream gradient every rank of a measured cell keeps (cp_cell's
-    ``_local_inputs``): ``cp_size`` shards of each; at cp_size 1 the shard is the whole (none extra)."""
+def harness_bytes(cp_size, tokens, heads_q, heads_kv, head_dim, itemsize, batch=1, inputs_held=None):
+    """The global Q, K, V and upstream gradient every rank of a cell measured before 2026-11-29 kept
+    while timed: ``cp_size`` shards of each; at cp_size 1 the shard is the whole (none extra).  A row
+    whose ``inputs_held`` is ``shards`` (cp_cell's ``_timed_inputs``) kept none."""
     per_shard = batch * tokens * head_dim * itemsize * (2 * heads_q + 2 * heads_kv)
-    return np.where(np.asarray(cp_size) > 1, np.asarray(cp_size) * per_shard, 0.0)
+    held_global = np.asarray(pd.Series(inputs_held, dtype=object).fillna("global") != "shards") \
+        if inputs_held is not None else True
+    return np.where((np.asarray(cp_size) > 1) & held_global, np.asarray(cp_size) * per_shard, 0.0)
 
 
 @term("constant")
@@ -59,7 +62,9 @@ def _kernel(rows: pd.DataFrame) -> pd.Series:
 @term("harness")
 def _harness(rows: pd.DataFrame) -> pd.Series:
     return pd.Series(harness_bytes(rows["cp_size"], rows["tokens_per_rank"], rows["heads_q"], rows["heads_kv"],
-                                   rows["head_dim"], rows["itemsize"], rows["batch"]), index=rows.index, dtype=float)
+                                   rows["head_dim"], rows["itemsize"], rows["batch"],
+                                   rows["inputs_held"] if "inputs_held" in rows else None),
+                     index=rows.index, dtype=float)
 
 
 @term("buffers")

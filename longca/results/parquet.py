@@ -128,6 +128,7 @@ CP_SCHEMA = pa.schema(
         ("tflops_per_gpu_p80", pa.float64()),
         ("peak_mem_bytes", pa.int64()),
         ("rank_peak_mem_bytes", pa.list_(pa.int64())),
+        ("inputs_held", pa.string()),
         ("comm_bytes", pa.int64()),
         ("rank_comm_bytes", pa.list_(pa.int64())),
         ("rank_area", pa.list_(pa.int64())),

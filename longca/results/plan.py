@@ -241,7 +241,8 @@ def peak_rows(tables: Tables) -> pd.DataFrame:
                     "direction": r.direction, "cp_size": int(r.cp_size), "tokens_per_rank": tokens,
                     "heads_q": shape.heads_q, "heads_kv": shape.heads_kv, "head_dim": shape.head_dim,
                     "itemsize": shape.itemsize, "batch": shape.batch, "kernel": kernel, "buffers": held,
-                    "counted": kernel + held, "peak": float(r.peak_mem_bytes)})
+                    "counted": kernel + held, "peak": float(r.peak_mem_bytes),
+                    "inputs_held": getattr(r, "inputs_held", None)})
     return pd.DataFrame(out)
 
 

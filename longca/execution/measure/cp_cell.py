@@ -95,6 +95,20 @@ def _local_inputs(strategy, problem: Problem, seed: int):
     return (q, k, v, grad_out), local, strategy.dispatch(grad_out)
 
 
+def _timed_inputs(strategy, problem: Problem, seed: int):
+    """The rank's own shards of q, k, v (requiring grad) and of the upstream gradient, copied out of
+    the global tensors they are drawn from, which are freed on return: a timed step's peak then holds
+    what a training step's rank holds, not the whole sequence besides (rows record it:
+    ``inputs_held``; rows measured before held the global tensors, ``cp_size`` shards of each)."""
+    q, k, v, grad_out = problem.make_inputs(requires_grad=False, seed=seed)
+    local = [strategy.dispatch(t).clone().requires_grad_(True) for t in (q, k, v)]
+    return local, strategy.dispatch(grad_out).clone()
+
+
+# What a timed step's rank holds of the inputs (a row's ``inputs_held``).
+INPUTS_HELD = "shards"
+
+
 # The gate's reference: float64, dense.  The full-size check's: float32, block by block, for lengths
 # whose dense float64 scores do not fit (``scripts/cp_full_check.py``).
 EXACT = (torch.float64, reference.attention)
@@ -191,7 +205,7 @@ def time_strategy(spec: CPSpec, problem: Problem):
         dist.barrier()
 
     with graphed.on(stream):
-        _, (q, k, v), dout = _local_inputs(strategy, problem, problem.seed)
+        (q, k, v), dout = _timed_inputs(strategy, problem, problem.seed)
         if problem.direction == "bwd":
             out = strategy.attention(q, k, v)
 
@@ -293,6 +307,7 @@ def run_cell(spec: CPSpec, on_failure=None) -> dict[str, Any] | None:
             peaks = [r["peak"] for r in every]
             row["rank_peak_mem_bytes"] = peaks if all(p is not None for p in peaks) else None
             row["peak_mem_bytes"] = max(peaks) if row["rank_peak_mem_bytes"] else None
+            row["inputs_held"] = INPUTS_HELD
             row["rank_comm_bytes"] = [r["comm"] for r in every]
             row["comm_bytes"] = max(row["rank_comm_bytes"])
             row["rank_area"] = [r["area"] for r in every]

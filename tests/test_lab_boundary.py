@@ -4,6 +4,7 @@ through ``longca.api`` alone, and nothing of the tool imports the lab or the use
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -63,8 +64,16 @@ def test_every_public_name_resolves():
 
 @pytest.mark.slow
 def test_a_wheel_built_from_the_repository_holds_only_longca(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
-                    str(REPO)], check=True, capture_output=True, timeout=300)
-    (wheel,) = tmp_path.glob("longca-*.whl")
+    # Built from a copy of the tracked files: setuptools writes build/ and *.egg-info beside the
+    # sources it builds, and a test leaves the repository as it found it.
+    source = tmp_path / "src"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for name in filter(None, tracked.decode().split("\0")):
+        if (REPO / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path / "dist"), str(source)], check=True, capture_output=True, timeout=300)
+    (wheel,) = (tmp_path / "dist").glob("longca-*.whl")
     tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"longca"}, tops

@@ -530,6 +530,8 @@ def cp_cell_settings(config: dict, strategy: str, mask: str, tokens_per_rank: in
     if config.get("ranks_per_node"):
         settings["ranks_per_node"] = min(int(config["ranks_per_node"]), int(cp_size))
     settings.update(cp_env.settings_entry(config.get("cp_env", cp_env.DEFAULT)))  # default: none, key as before
+    if config.get("cp_exposed_comm"):  # only when on: every other cell keeps its key
+        settings["cp_exposed_comm"] = True
     return settings
 
 

@@ -36,6 +36,11 @@ class Strategy:
     # (where the kernel takes such a margin: FFA's persistent kernel otherwise holds every SM until
     # it ends, and the transfer waits; MagiAttention leaves 4).
     options: dict[str, Any] = {"local_kernel": "auto", "local_calls": "auto", "layout": "auto", "comm_sm_margin": 4}
+    # Why this strategy's step cannot be timed with its collectives replaced by local copies
+    # (``longca.cp.comm.local_copies``): a library's own collectives, which LongCA does not route.
+    # None: every collective it makes goes through ``longca.cp.comm`` (the exposed-communication
+    # measurement, config ``cp_exposed_comm``).
+    own_collectives: str | None = None
 
     def __init__(self, group: dist.ProcessGroup | None = None, options: dict[str, Any] | None = None):
         unknown = sorted(set(options or {}) - set(self.options))

@@ -3,10 +3,15 @@
 The count is the payload this rank puts on the wire in the algorithm's logical pattern (a P2P send:
 its size; all-gather / all-to-all / reduce-scatter: the (W-1)/W of the data that leaves the rank),
 so strategies compare on what they move, independent of how NCCL or gloo schedules it.
+
+``local_copies()`` is the one switch that replaces every collective here by a local copy of the same
+bytes into the same output buffers (the exposed-communication measurement: a step timed with and
+without its traffic, ``cp_exposed_comm``; docs/cp.md).  The result is numerically meaningless.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Sequence
 
 import torch
@@ -35,6 +40,88 @@ def sent_bytes(collective: str, nbytes, world: int, own=None):
     return (world - 1) / world * nbytes
 
 
+# --- local-copy mode ------------------------------------------------------------------------------
+# A module global, not thread-local: autograd runs a CUDA backward on a device thread of its own.
+_LOCAL = False
+# What may not be called while the mode is on: a strategy that calls torch.distributed itself would
+# otherwise time its real traffic in the "without traffic" step (and the difference would read ~0).
+_GUARDED = ("all_to_all_single", "all_to_all", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor",
+            "reduce_scatter", "all_reduce", "broadcast", "batch_isend_irecv", "isend", "irecv", "send", "recv")
+
+
+class LocalCopyViolation(RuntimeError):
+    """A collective called outside ``Comm`` (and ``all_to_all_uneven``) while local copies are on."""
+
+
+def local_copy_mode() -> bool:
+    return _LOCAL
+
+
+@contextlib.contextmanager
+def local_copies():
+    """Within: every collective of ``Comm`` and ``all_to_all_uneven`` copies the bytes it would move
+    into its output buffers locally and sends nothing (its works are already done); a direct
+    ``torch.distributed`` collective raises ``LocalCopyViolation``.  Byte counting is unchanged."""
+    global _LOCAL
+    saved = {name: getattr(dist, name) for name in _GUARDED if hasattr(dist, name)}
+
+    def refuse(name):
+        def call(*args, **kwargs):
+            raise LocalCopyViolation(f"torch.distributed.{name} called outside longca.cp.comm in local-copy mode")
+        return call
+
+    was, _LOCAL = _LOCAL, True
+    for name in saved:
+        setattr(dist, name, refuse(name))
+    try:
+        yield
+    finally:
+        _LOCAL = was
+        for name, fn in saved.items():
+            setattr(dist, name, fn)
+
+
+class _Done:
+    """The work of a local copy: already complete (copies are ordered on the stream like the rest)."""
+
+    def wait(self, *args, **kwargs) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def _fill(dst: torch.Tensor, src: torch.Tensor | None) -> None:
+    """``dst`` (contiguous) filled with ``src``'s bytes: a plain copy when the sizes agree; else the
+    source's bytes repeated or cut to the destination's size (zeros where there is no source)."""
+    if dst.numel() == 0:
+        return
+    if src is not None and src.shape == dst.shape and src.dtype == dst.dtype:
+        dst.copy_(src)
+        return
+    out = dst.reshape(-1).view(torch.uint8)
+    if src is None or src.numel() == 0:
+        out.zero_()
+        return
+    data = _bytes(src)
+    for start in range(0, out.numel(), data.numel()):
+        n = min(data.numel(), out.numel() - start)
+        out[start:start + n].copy_(data[:n])
+
+
+def all_to_all_uneven(out: torch.Tensor, x: torch.Tensor, out_splits, in_splits, group):
+    """``dist.all_to_all_single`` with per-rank row counts, posted (``async_op``); in local-copy mode
+    ``out`` gets ``x``'s bytes (as many as ``out`` holds) and nothing is sent."""
+    if _LOCAL:
+        _fill(out, x)
+        return _Done()
+    return dist.all_to_all_single(out, x, out_splits, in_splits, group=group, async_op=True)
+
+
 class Comm:
     def __init__(self, group: dist.ProcessGroup | None, owner=None):
         self.group = group
@@ -52,9 +139,13 @@ class Comm:
     def exchange(self, sends: Sequence[torch.Tensor], to: int, recvs: Sequence[torch.Tensor], frm: int):
         """Post sends of ``sends`` to group rank ``to`` and receives into ``recvs`` from ``frm``;
         returns the works to wait on (the caller overlaps compute in between)."""
+        self._count(sum(sent_bytes("send", t.numel() * t.element_size(), self.size) for t in sends))
+        if _LOCAL:  # each receive buffer gets its send's bytes; the send does nothing
+            for i, r in enumerate(recvs):
+                _fill(r, sends[i % len(sends)] if sends else None)
+            return [_Done()]
         ops = [dist.P2POp(dist.isend, t, self.global_ranks[to], self.group) for t in sends]
         ops += [dist.P2POp(dist.irecv, t, self.global_ranks[frm], self.group) for t in recvs]
-        self._count(sum(sent_bytes("send", t.numel() * t.element_size(), self.size) for t in sends))
         return dist.batch_isend_irecv(ops)
 
     @staticmethod
@@ -74,17 +165,24 @@ class Comm:
         x = x.contiguous()
         # Gathered along dim 0 (gloo checks the output as W copies of x stacked on dim 0).
         out = x.new_empty((self.size * x.shape[0],) + tuple(x.shape[1:]))
-        work = dist.all_gather_into_tensor(out, x, group=self.group, async_op=True)
         self._count(sent_bytes("all_gather", x.numel() * x.element_size(), self.size))
-        return out.view((self.size,) + tuple(x.shape)), [work]
+        slots = out.view((self.size,) + tuple(x.shape))
+        if _LOCAL:  # every slot a copy of this rank's x
+            slots.copy_(x.unsqueeze(0).expand_as(slots))
+            return slots, [_Done()]
+        work = dist.all_gather_into_tensor(out, x, group=self.group, async_op=True)
+        return slots, [work]
 
     def reduce_scatter(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` is ``(W, ...)``; returns the sum over ranks of ``x[this rank]``."""
         x = x.contiguous()
         out = x.new_empty(tuple(x.shape[1:]))
+        self._count(sent_bytes("reduce_scatter", x.numel() * x.element_size(), self.size))
+        if _LOCAL:  # this rank's own part, not summed: the reduction is the collective's work
+            out.copy_(x[self.rank])
+            return out
         dist.reduce_scatter_tensor(out, x.view((-1,) + tuple(x.shape[2:])), op=dist.ReduceOp.SUM,
                                    group=self.group)
-        self._count(sent_bytes("reduce_scatter", x.numel() * x.element_size(), self.size))
         return out
 
     def all_to_all(self, x: torch.Tensor) -> torch.Tensor:
@@ -97,8 +195,11 @@ class Comm:
         """``all_to_all`` posted, not waited for: ``(out, works)``; ``out`` is valid after ``wait(works)``."""
         x = x.contiguous()
         out = torch.empty_like(x)
-        work = dist.all_to_all_single(out, x, group=self.group, async_op=True)
         self._count(sent_bytes("all_to_all", x.numel() * x.element_size(), self.size))
+        if _LOCAL:  # part j of the output: part j of the input
+            out.copy_(x)
+            return out, [_Done()]
+        work = dist.all_to_all_single(out, x, group=self.group, async_op=True)
         return out, [work]
 
 

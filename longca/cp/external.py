@@ -15,6 +15,7 @@ from .blocks import share
 class External(Strategy):
     module = ""
     options = {"layout": "zigzag"}
+    own_collectives = "the library calls its own collectives"
 
     def _import(self, device):
         if device.type != "cuda":

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from ..attention.masks import AttnMask
 from . import layout as layouts
 from . import register
 from .base import Strategy
 from .blocks import Span, area, merge_slices, restrict, shard_length, spans_from_ranges
-from .comm import sent_bytes
+from .comm import all_to_all_uneven, sent_bytes
 from .local import BlockAttention
 
 # Documents are placed whole or cut into contiguous pieces; ``spread_above_pct`` cuts those longer
@@ -205,7 +204,7 @@ class GroupCast(Strategy):
     def _all_to_all(self, x: torch.Tensor, out_rows: int, out_splits, in_splits):
         """``x`` ``(rows, ...)`` cut by ``in_splits`` to the ranks; returns ``(out, work)``."""
         out = x.new_empty((out_rows,) + tuple(x.shape[1:]))
-        work = dist.all_to_all_single(out, x, out_splits, in_splits, group=self.group, async_op=True)
+        work = all_to_all_uneven(out, x, out_splits, in_splits, self.group)
         # Nothing is addressed to the rank itself.
         self.comm_bytes += sent_bytes("all_to_all", x.numel() * x.element_size(), self.world, own=0)
         return out, work

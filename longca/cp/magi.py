@@ -94,6 +94,7 @@ class Magi(Strategy):
     description = ("MagiAttention's distributed attention: area-balanced chunk dispatch, remote K/V "
                    "fetched in stages overlapped with FFA")
     options = {"chunk_size": 2048, "overlap_degree": 2}
+    own_collectives = "MagiAttention calls its own collectives"
 
     def plan(self, mask, heads_q, heads_kv, head_dim, device, dtype) -> None:
         if torch.device(device).type != "cuda":

@@ -76,6 +76,7 @@ class TorchCP(Strategy):
     name = "torch_cp"
     description = "PyTorch's context_parallel (ring SDPA through its DTensor dispatcher)"
     options = {"local_kernel": "sdpa_cudnn", "rotate_method": "allgather"}
+    own_collectives = "PyTorch's context_parallel calls its own functional collectives"
 
     def plan(self, mask, heads_q, heads_kv, head_dim, device, dtype) -> None:
         if torch.device(device).type != "cuda":

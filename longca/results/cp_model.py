@@ -377,6 +377,27 @@ def held_out(model: Model, cp: pd.DataFrame, rows: pd.Series) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def exposed_comm(model: Model, cp: pd.DataFrame) -> pd.DataFrame:
+    """The measured exposed communication of each ok row that has one (config ``cp_exposed_comm``:
+    the step less the same step with its collectives local copies) beside the model's for that cell
+    (``Model.step``'s ``exposed_comm_ms``: the step less its blocks' compute); ``predicted`` None with
+    the model's reason where it gives none.  Both are the slowest rank's; a measured value inside the
+    two timings' spreads is a tie with zero (``spread_ms``: the wider of the two p20–p80 ranges)."""
+    columns = ["strategy", "mask", "direction", "tokens_per_rank", "cp_size", "measured_exposed_comm_ms",
+               "spread_ms", "predicted_exposed_comm_ms", "why"]
+    if "exposed_comm_ms" not in cp:
+        return pd.DataFrame(columns=columns)
+    out = []
+    for row in cp[(cp["status"] == "ok") & cp["exposed_comm_ms"].notna()].itertuples():
+        step = model.step(Cell.from_row(row))
+        spread = max(row.p80_ms - row.p20_ms, row.step_ms_local_comm_p80 - row.step_ms_local_comm_p20)
+        out.append({"strategy": row.strategy, "mask": row.mask, "direction": row.direction,
+                    "tokens_per_rank": row.tokens_per_rank, "cp_size": row.cp_size,
+                    "measured_exposed_comm_ms": row.exposed_comm_ms, "spread_ms": spread,
+                    "predicted_exposed_comm_ms": step.get("exposed_comm_ms"), "why": step["why"]})
+    return pd.DataFrame(out, columns=columns)
+
+
 def ranking_agreement(checked: pd.DataFrame, tie: float = 0.05) -> tuple[int, int]:
     """(cells where the predicted best strategy is the measured best or tied with it
     (``tables.tied_with_best`` at margin ``tie``), cells with two or more strategies) over mask ×

@@ -151,6 +151,14 @@ CP_SCHEMA = pa.schema(
         ("host_ms", pa.float64()),
         ("cp_env", pa.string()),
         ("cp_env_vars", pa.string()),
+        # Exposed communication, measured (config cp_exposed_comm): the step again with every
+        # collective a local copy of its bytes; null unless asked for.
+        ("step_ms_local_comm", pa.float64()),
+        ("step_ms_local_comm_p20", pa.float64()),
+        ("step_ms_local_comm_p80", pa.float64()),
+        ("exposed_comm_ms", pa.float64()),
+        ("exposed_comm_via", pa.string()),
+        ("local_comm_wall_s", pa.float64()),
     ])
 
 _VERSIONS = {id(KERNEL_SCHEMA): SCHEMA_VERSION, id(CP_SCHEMA): CP_SCHEMA_VERSION}

@@ -27,6 +27,7 @@ from ...attention.problem import Problem
 from ...cells import tokens_per_rank
 from ...cp import build
 from ...cp.base import Unsupported
+from ...cp.comm import LocalCopyViolation, local_copies
 from . import env, graphed, timing
 from .cell import MeasuredSpec, is_oom
 from .gate import gate_problem, relative_error
@@ -51,6 +52,8 @@ class CPSpec(MeasuredSpec):
     cp_size: int
     strategy_options: dict[str, Any] = field(default_factory=dict)
     ranks_per_node: int = 0     # placement only (how many nodes the cell spans); recorded, not used here
+    # Time the step a second time with every collective a local copy (config ``cp_exposed_comm``).
+    cp_exposed_comm: bool = False
 
 
 def local_device(spec: CPSpec) -> torch.device:
@@ -186,10 +189,11 @@ def _replay_error(graph, outputs, run) -> float:
     return max(relative_error(a.float(), b.float()) for a, b in pairs)
 
 
-def time_strategy(spec: CPSpec, problem: Problem):
+def time_strategy(spec: CPSpec, problem: Problem, local_comm: bool = False):
     """The strategy's step timed on every rank: ``(strategy, samples, peak, comm_bytes, timed_wall_s,
-    facts)``.  With ``cuda_graph`` (as kernel cells on a GPU), the step — its collectives with it — is
-    captured after eager warm-up calls and its replays are timed, so the figure is the GPU's work and
+    facts)``; ``local_comm``: each step with every collective a local copy of its bytes
+    (``longca.cp.comm.local_copies``), the same way timed.  With ``cuda_graph`` (as kernel cells on
+    a GPU), the step — its collectives with it — is captured after eager warm-up calls and its replays are timed, so the figure is the GPU's work and
     not how fast Python issues a step of many small calls; ``facts`` say which way it was timed
     (``timed_via``) and what one eager step costs the CPU (``host_ms``, the slowest rank's)."""
     strategy, reason = _planned(spec, problem)
@@ -209,11 +213,17 @@ def time_strategy(spec: CPSpec, problem: Problem):
         if problem.direction == "bwd":
             out = strategy.attention(q, k, v)
 
-            def run():
+            def step():
                 return torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
         else:
-            def run():
+            def step():
                 return strategy.attention(q, k, v)
+
+        def run():
+            if not local_comm:
+                return step()
+            with local_copies():
+                return step()
 
         # What one timed call sends, counted on an untimed call of its own.
         strategy.comm_bytes = 0
@@ -319,6 +329,8 @@ def run_cell(spec: CPSpec, on_failure=None) -> dict[str, Any] | None:
             row["tflops_per_gpu_p20"] = per_gpu / (result.p80_ms * 1e-3) / 1e12
             row["tflops_per_gpu_p80"] = per_gpu / (result.p20_ms * 1e-3) / 1e12
             row["status"] = "ok"
+            if spec.cp_exposed_comm:
+                row.update(exposed_comm(spec, problem, row))
     except Unsupported as exc:
         failure = ("unsupported", str(exc))
         if on_failure:
@@ -354,6 +366,38 @@ def run_cell(spec: CPSpec, on_failure=None) -> dict[str, Any] | None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return row if rank == 0 else None
+
+
+def exposed_comm(spec: CPSpec, problem: Problem, row: dict[str, Any]) -> dict[str, Any]:
+    """The step timed again (same warm-up and repetitions, same slowest-rank reduction) with every
+    collective a local copy of the same bytes, on every rank: ``step_ms_local_comm`` and its spread,
+    ``exposed_comm_ms`` = the row's median less it (as measured, not clamped: within the spread a tie),
+    ``exposed_comm_via`` how, or why not (a library's own collectives cannot be switched)."""
+    from ...cp import get
+
+    out: dict[str, Any] = dict.fromkeys(("step_ms_local_comm", "step_ms_local_comm_p20", "step_ms_local_comm_p80",
+                                         "exposed_comm_ms", "local_comm_wall_s"))
+    why = get(spec.strategy).own_collectives
+    if why:
+        return {**out, "exposed_comm_via": f"not measured: {spec.strategy}: {why}"}
+    try:
+        _, samples, _, _, wall_s, facts = time_strategy(spec, problem, local_comm=True)
+        violation = None
+    except LocalCopyViolation as exc:
+        samples, wall_s, facts, violation = None, None, {}, str(exc)
+    if (violation := _agree(violation)):
+        return {**out, "exposed_comm_via": f"not measured: {violation}"}
+    every = _gather({"samples": samples, "wall_s": wall_s})
+    slowest = [max(r["samples"][i] for r in every) for i in range(len(samples))]
+    local = timing.summarize(slowest)
+    out.update(step_ms_local_comm=local.median_ms, step_ms_local_comm_p20=local.p20_ms,
+               step_ms_local_comm_p80=local.p80_ms, local_comm_wall_s=max(r["wall_s"] for r in every))
+    via, local_via = row.get("timed_via"), facts.get("timed_via")
+    if via != local_via:  # a graph replay against an eager step measures two different things
+        return {**out, "exposed_comm_via": f"not comparable: step timed {via}, local-copy step {local_via}"}
+    out["exposed_comm_ms"] = row["median_ms"] - local.median_ms
+    out["exposed_comm_via"] = "local_copy" + (f" ({via})" if via else "")
+    return out
 
 
 def _default_local_kernel(spec: CPSpec) -> str | None:

@@ -283,6 +283,22 @@ def _table(path: str, kind: str, columns: tuple[str, ...]):
     return table
 
 
+def _exposed_lines(exposed) -> list[str]:
+    """The fitted table's measured exposed communication (config ``cp_exposed_comm``) beside the
+    model's, one line per row; nothing where the table measured none."""
+    if not len(exposed):
+        return []
+    lines = ["# measured, the fitted table's rows (cp_exposed_comm: the step less the same step with local "
+             "copies for collectives) beside the model's; a measured value within its spread is a tie with 0",
+             "strategy      cp  mask            dir  tokens/GPU  measured ms  spread ms  model ms"]
+    for r in exposed.itertuples():
+        model = "-" if r.predicted_exposed_comm_ms is None or r.predicted_exposed_comm_ms != r.predicted_exposed_comm_ms \
+            else f"{r.predicted_exposed_comm_ms:8.3f}"
+        lines.append(f"{r.strategy:12s} {r.cp_size:3d}  {r.mask:14s}  {r.direction:3s}  {r.tokens_per_rank:10d}  "
+                     f"{r.measured_exposed_comm_ms:11.3f}  {r.spread_ms:9.3f}  {model}" + (f"  ({r.why})" if model == "-" and r.why else ""))
+    return lines
+
+
 def _predict(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -311,6 +327,7 @@ def _predict(args: argparse.Namespace) -> int:
         else:
             lines.append(f"{r.strategy:12s} {r.cp_size:3d}  {figure:12.4g}  {'*' if figure == top else '-':>4s}  "
                          f"{r.compute_ms:10.3f}  {r.exposed_comm_ms:15.3f}  {r.sent_bytes / 2**20:8.0f}")
+    lines += _exposed_lines(cp_model.exposed_comm(model, cp))
     try:
         print("\n".join(lines), flush=True)
     except BrokenPipeError:  # `longca predict ... | head`: the reader has what it wanted

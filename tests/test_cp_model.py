@@ -184,3 +184,25 @@ def test_the_reports_model_figure_predicts_from_the_runs_tables_or_says_why_not(
     assert cp_model.report_prediction(only_one, kernels, "causal")["why"].startswith("no prediction")
     no_ffa = kernels[kernels["kernel"] != "ffa"]
     assert "no ok ffa row on the full mask" in cp_model.report_prediction(cp, no_ffa, "causal")["why"]
+
+
+def test_predict_sets_a_tables_measured_exposed_communication_beside_the_models(tmp_path):
+    # The published tables predate cp_exposed_comm: two rows are given measured values here, to see
+    # them printed beside the model's figure for the same cells; the rest print nothing.
+    cp = pd.read_parquet(RESULTS / "cp_4xh100_graphs_2026-11-27" / "cp.parquet")
+    pick = cp[(cp["status"] == "ok") & (cp["strategy"] == "ring") & (cp["mask"] == "causal")].index[:2]
+    cp["exposed_comm_ms"] = None
+    cp["step_ms_local_comm_p20"] = cp["step_ms_local_comm_p80"] = None
+    cp.loc[pick, "exposed_comm_ms"] = [0.125, 0.25]
+    cp.loc[pick, "step_ms_local_comm_p20"] = 1.0
+    cp.loc[pick, "step_ms_local_comm_p80"] = 1.5
+    for column in ("exposed_comm_ms", "step_ms_local_comm_p20", "step_ms_local_comm_p80"):
+        cp[column] = cp[column].astype(float)
+    path = tmp_path / "cp.parquet"
+    cp.to_parquet(path)
+    out = _predict_tables(path, RESULTS / "h100_2026-11-23" / "kernels.parquet")
+    assert out.returncode == 0, out.stderr
+    measured = [line for line in out.stdout.splitlines() if line.startswith("ring") and ("0.125" in line or "0.250" in line)]
+    assert len(measured) == 2 and "# measured, the fitted table's rows" in out.stdout
+    plain = _predict()
+    assert "# measured" not in plain.stdout

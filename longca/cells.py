@@ -2,7 +2,8 @@
 
 Kernel cells are ``kernel/mask/dtype_direction_seqlen``, where a cell of a shape other than the
 grid's own (config ``head_dims``, ``gqa_ratios``, ``batches``, ``models``) has the shape's mark after its
-mask (``causal@h64k8d256b2``: 64 query heads, 8 KV heads, head dim 256, batch 2), CP cells
+mask (``causal@h64k8d256b2``: 64 query heads, 8 KV heads, head dim 256, batch 2;
+``causal@h128k128d192v128b1``: q/k head dim 192, v 128), CP cells
 ``strategy/mask/dtype_direction_<tokens per rank>x<cp_size>``.  The Snakemake rules take their
 output patterns from here, ``longca.config`` the grid's cells, the ``run-cell`` and ``cp-cell``
 commands a row's default ``cell_id``, and the tables and benchmarks a cell's name from its file.
@@ -57,27 +58,55 @@ def split_layout(mask: str) -> tuple[str, int]:
 # A kernel cell of another shape than the grid's own names its mask ``<mask>@h<heads_q>k<heads_kv>d<head_dim>b<batch>``
 # (the mark is in the cell's settings, its row's ``mask`` and its path, so tables and figures keep
 # each shape apart as they keep masks apart).  The grid's own shape keeps the mask's name, so a grid
-# of one shape keeps its cells' names, files and cache keys.
+# of one shape keeps its cells' names, files and cache keys.  A value head dim other than the
+# query/key one (``head_dim_v``: DeepSeek-V3's MLA) follows the head dim, ``d192v128``; a shape of
+# one head dim has the mark it always had.
 SHAPE_MARK = "@"
-_SHAPE_RE = re.compile(r"@h(?P<heads_q>\d+)k(?P<heads_kv>\d+)d(?P<head_dim>\d+)b(?P<batch>\d+)$")
+_SHAPE_RE = re.compile(r"@h(?P<heads_q>\d+)k(?P<heads_kv>\d+)d(?P<head_dim>\d+)(?:v(?P<head_dim_v>\d+))?"
+                       r"b(?P<batch>\d+)$")
 
 
 @dataclass(frozen=True)
 class Shape:
-    """The problem shape a cell runs: heads, head dim and sequences per call."""
+    """The problem shape a cell runs: heads, head dim (and v's where it differs) and sequences per
+    call.  ``head_dim_v`` equal to ``head_dim`` is kept as None: a shape has one spelling."""
     heads_q: int
     heads_kv: int
     head_dim: int
     batch: int = 1
+    head_dim_v: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.head_dim_v == self.head_dim:
+            object.__setattr__(self, "head_dim_v", None)
 
     @property
     def mark(self) -> str:
-        return f"{SHAPE_MARK}h{self.heads_q}k{self.heads_kv}d{self.head_dim}b{self.batch}"
+        v = "" if self.head_dim_v is None else f"v{self.head_dim_v}"
+        return f"{SHAPE_MARK}h{self.heads_q}k{self.heads_kv}d{self.head_dim}{v}b{self.batch}"
+
+    def settings(self) -> dict[str, int]:
+        """The shape as a cell's settings hold it: ``head_dim_v`` only where it is set."""
+        out = {"heads_q": self.heads_q, "heads_kv": self.heads_kv, "head_dim": self.head_dim, "batch": self.batch}
+        if self.head_dim_v is not None:
+            out["head_dim_v"] = self.head_dim_v
+        return out
 
     @classmethod
     def of(cls, settings: Mapping[str, Any]) -> "Shape":
-        """The shape a config or a cell's settings hold (its ``heads_q`` … ``batch`` keys)."""
-        return cls(*(int(settings[k]) for k in ("heads_q", "heads_kv", "head_dim", "batch")))
+        """The shape a config or a cell's settings hold (its ``heads_q`` … ``batch`` keys and
+        ``head_dim_v`` where present)."""
+        v = settings.get("head_dim_v")
+        return cls(*(int(settings[k]) for k in ("heads_q", "heads_kv", "head_dim", "batch")),
+                   head_dim_v=None if _unset(v) else int(v))
+
+
+def _unset(value: Any) -> bool:
+    """None, or a table's missing value (NaN, pandas' NA): a row of one head dim."""
+    try:
+        return value is None or bool(value != value)
+    except TypeError:  # pandas' NA compares to NA
+        return True
 
 
 def shaped_mask(mask: str, shape: Shape, grid_shape: Shape) -> str:
@@ -90,7 +119,7 @@ def split_shape(mask: str) -> tuple[str, Shape | None]:
     match = _SHAPE_RE.search(mask)
     if match is None:
         return mask, None
-    return mask[:match.start()], Shape(**{k: int(v) for k, v in match.groupdict().items()})
+    return mask[:match.start()], Shape(**{k: int(v) for k, v in match.groupdict().items() if v is not None})
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ def _flag_settings(args: argparse.Namespace) -> dict:
     missing = [f"--{k}" for k in ("kernel", "mask", "seqlen") if getattr(args, k) is None]
     if missing:
         raise SystemExit(f"longca run-cell: {', '.join(missing)} required (or --settings)")
-    return {"kernel": args.kernel, **{name: getattr(args, name) for name in problem_settings.names()},
+    return {"kernel": args.kernel, **problem_settings.settled({name: getattr(args, name) for name in problem_settings.names()}),
             "gate_seqlen": args.gate_seqlen, **{name: getattr(args, name) for name in timing_spec.names()}}
 
 

@@ -43,7 +43,10 @@ DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "float8_
 def input_bytes(config: dict, seqlen: int, dtype: str, backward: bool) -> int:
     """What one cell's q, k, v and output hold at ``seqlen`` (their gradients too for a backward): a
     lower bound of its memory, before any kernel's workspace or the gate's reference."""
-    elements = config["batch"] * seqlen * config["head_dim"] * 2 * (config["heads_q"] + config["heads_kv"])
+    # q and the output over heads_q, k and v over heads_kv: head_dim for q and k, head_dim_v for v
+    # and the output where it is set.
+    head_dim_v = config.get("head_dim_v") or config["head_dim"]
+    elements = config["batch"] * seqlen * (config["head_dim"] + head_dim_v) * (config["heads_q"] + config["heads_kv"])
     return elements * DTYPE_BYTES.get(dtype, 4) * (2 if backward else 1)
 
 
@@ -613,7 +616,8 @@ def cell_settings(config: dict, kernel: str, mask: str, seqlen: int, direction: 
     """Exactly the resolved settings that determine one kernel cell's number (its cache key).  ``mask``
     is the cell's (a label of ``grid_masks``); its shape's fields override the grid's."""
     grid_mask = {gm.label: gm for gm in grid_masks(config)}[mask]
-    entry, config = grid_mask.entry, {**config, **dataclasses.asdict(grid_mask.shape)}
+    # The shape's fields (head_dim_v only where set: grid_settings leaves an unset one out of the key).
+    entry, config = grid_mask.entry, {**config, "head_dim_v": None, **grid_mask.shape.settings()}
     settings = {
         "kernel": kernel, "mask": mask, "pattern": entry.pattern, "mask_params": head_params(config, entry),
         "seqlen": int(seqlen), "direction": direction, "dtype": dtype, **problem_settings.grid_settings(config),

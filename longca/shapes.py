@@ -1,5 +1,7 @@
 """The shapes a grid measures: its shape axes (config ``head_dims``, ``gqa_ratios``, ``batches``) and
-its model presets (``models``: a named shape and the masks that model trains with).
+its model presets (``models``: a named shape and the masks that model trains with).  A ``head_dims``
+entry ``"192/128"`` (or a preset's ``head_dim_v``) is a value head dim other than the query/key one
+(DeepSeek-V3's MLA), marked ``d192v128`` in its cells' names.
 
 Pure data over the resolved config, torch-free; ``longca.config`` pairs each shape with its masks
 (``config.grid_masks``).  A cell's shape is ``longca.cells.Shape``, named in its mask by its mark.
@@ -35,6 +37,7 @@ class Model:
     heads_kv: int
     head_dim: int
     masks: tuple  # mask items, as config's `masks` takes them
+    head_dim_v: int | None = None  # v's head dim where it differs (DeepSeek-V3's MLA: 192/128)
 
 
 def models(config: dict) -> list[Model]:
@@ -46,13 +49,21 @@ def models(config: dict) -> list[Model]:
         if data is not None:
             name = item if isinstance(item, str) else item["name"]
             out.append(Model(name, data.get("title", name), data["heads_q"], data["heads_kv"], data["head_dim"],
-                             tuple(data["masks"])))
+                             tuple(data["masks"]), data.get("head_dim_v")))
     return out
 
 
 def grid_shape(config: dict) -> Shape:
     """The grid's own shape: its single-value keys.  Its cells keep their masks' plain names."""
     return Shape.of(config)
+
+
+def head_dim_pair(entry) -> tuple[int, int | None]:
+    """A ``head_dims`` entry as (q/k head dim, v head dim or None): ``128`` or ``"192/128"``."""
+    if isinstance(entry, str) and "/" in entry:
+        qk, v = entry.split("/", 1)
+        return int(qk), (None if int(v) == int(qk) else int(v))
+    return int(entry), None
 
 
 def _kv_heads(heads_q: int, ratio) -> int:
@@ -73,16 +84,16 @@ def axis_shapes(config: dict) -> list[Shape]:
     """The shapes the grid's ``masks`` run at: head dims × query:KV ratios × batches, the grid's own
     first (its cells keep their names whatever the axes add)."""
     own = grid_shape(config)
-    dims = config.get("head_dims") or [own.head_dim]
+    dims = [head_dim_pair(d) for d in config.get("head_dims") or [own.head_dim]]
     kv = ([_kv_heads(own.heads_q, r) for r in config["gqa_ratios"]] if config.get("gqa_ratios")
           else [own.heads_kv])
-    shapes = [Shape(own.heads_q, h, d, b) for d, h, b in itertools.product(dims, kv, batches(config))]
+    shapes = [Shape(own.heads_q, h, d, b, dv) for (d, dv), h, b in itertools.product(dims, kv, batches(config))]
     return sorted(dict.fromkeys(shapes), key=lambda s: s != own)
 
 
 def model_shapes(config: dict, model: Model) -> list[Shape]:
     """A preset's shape at each of the grid's batches."""
-    return [Shape(model.heads_q, model.heads_kv, model.head_dim, b) for b in batches(config)]
+    return [Shape(model.heads_q, model.heads_kv, model.head_dim, b, model.head_dim_v) for b in batches(config)]
 
 
 def problems(config: dict) -> list[str]:

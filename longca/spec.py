@@ -36,6 +36,11 @@ class ProblemSpec:
     heads_q: int = field(default=8, metadata={"help": "query heads"})
     heads_kv: int = field(default=8, metadata={"help": "key/value heads (GQA when fewer than query heads)"})
     head_dim: int = field(default=64, metadata={"help": "head dimension"})
+    # Set only where it differs from head_dim (DeepSeek-V3's MLA: q/k 192, v 128).  Unset (None) or
+    # equal, it is left out of a cell's settings and cache keys (``problem_settings.settled``), so
+    # every cell of one head dim keeps the key it had before this field existed.
+    head_dim_v: int | None = field(default=None, metadata={
+        "help": "head dimension of v and the output, when it differs from head_dim (default: head_dim)"})
     mask_params: dict[str, Any] = field(default_factory=dict, metadata={"help": "JSON object of mask parameters"})
     seed: int = field(default=0, metadata={"help": "seed of the inputs and of masks that draw (documents, blocks)"})
     device: str = field(default="cpu", metadata={"help": "cpu or cuda"})

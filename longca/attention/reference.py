@@ -17,7 +17,9 @@ from .masks import AttnMask
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: AttnMask, *,
               scale: float | None = None, return_lse: bool = False):
-    """``q``: (batch, seqlen_q, heads_q, d); ``k``, ``v``: (batch, seqlen_k, heads_kv, d)."""
+    """``q``: (batch, seqlen_q, heads_q, d); ``k``: (batch, seqlen_k, heads_kv, d); ``v``: (batch,
+    seqlen_k, heads_kv, d_v), d_v its own where it differs (MLA); the output is d_v wide and the
+    scale 1/√d (q's and k's head dim)."""
     b, sq, hq, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
     if hq % hk:

@@ -45,6 +45,10 @@ class Kernel:
     libraries: tuple[str, ...] = ()
     # The head dims the library's kernels are built for; empty: any (what a shape's cell checks first).
     head_dims: tuple[int, ...] = ()
+    # Whether it takes a value head dim other than the query/key one (``Problem.head_dim_v``:
+    # DeepSeek-V3's MLA, 192/128).  True only where the library documents it and the adapter passes
+    # v's shape through as it is.
+    takes_head_dim_v: bool = False
     # Calls the timing must make before its timed ones whatever the config says (e.g. a compiled
     # kernel's first backward call compiles).
     min_warmup: int = 0
@@ -89,6 +93,9 @@ class Kernel:
             dims = self.head_dims
             listed = f"{dims[0]}, {dims[1]} … {dims[-1]}" if len(dims) > 4 else ", ".join(map(str, dims))
             return f"{self.name} takes head dims {listed}, not {problem.head_dim}"
+        if getattr(problem, "head_dim_v", None) is not None and not self.takes_head_dim_v:
+            return (f"{self.name} takes one head dim for q, k and v, not {problem.head_dim} for q and k "
+                    f"with {problem.head_dim_v} for v")
         return self.supports_mask(problem)
 
     def supports_mask(self, problem: Problem) -> str | None:

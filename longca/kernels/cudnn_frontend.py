@@ -126,6 +126,13 @@ class GraphKey:
     lengths: tuple[int, ...] | None = None   # packed: every sequence's length (THD, ragged)
     deterministic: bool = False        # backward: cuDNN's use_deterministic_algorithm
     o_dtype: str | None = None         # fp8 forward: the output's dtype (None: the inputs')
+    # v's, o's, dO's and dV's head dim where it differs from head_dim (MLA: 192/128); cuDNN's SDPA
+    # takes d_qk ≠ d_v.  None: head_dim, and every graph is the one it was.
+    head_dim_v: int | None = None
+
+    @property
+    def value_dim(self) -> int:
+        return self.head_dim if self.head_dim_v is None else self.head_dim_v
 
     @property
     def ragged(self) -> bool:
@@ -138,15 +145,18 @@ def problem_key(problem: Problem, backward: bool, deterministic: bool = False,
     ragged sequences (every sequence of the batch has the same documents)."""
     cm, fm = cudnn_mask(problem)
     b, s, hq, hkv, d = problem.batch, problem.seqlen, problem.heads_q, problem.heads_kv, problem.head_dim
+    dv = problem.value_dim
     lengths = None
     if fm.packed:
         lengths = tuple(fm.documents) * b
         b, s = len(lengths), fm.max_document
     q = bshd_strides(s, hq, d)
     kv = bshd_strides(s, hkv, d)
-    strides = (q, kv, kv) + ((q, q) if backward else ())
+    v, o = bshd_strides(s, hkv, dv), bshd_strides(s, hq, dv)  # k's and q's when dv == d
+    strides = (q, kv, v) + ((o, o) if backward else ())
     return GraphKey(str(problem.device), str(problem.dtype).removeprefix("torch."), backward, b, hq, hkv, s, s, d,
-                    cm, problem.head_dim ** -0.5, strides, lengths, deterministic and backward, o_dtype)
+                    cm, problem.head_dim ** -0.5, strides, lengths, deterministic and backward, o_dtype,
+                    problem.head_dim_v)
 
 
 # fp8 forward (``sdpa_fp8``): q, k, v are e4m3 with unit descales (LongCA's fp8 inputs are quantized
@@ -222,6 +232,11 @@ class Graph:
                           compute_data_type=cudnn.data_type.FLOAT, handle=self.handle)
         b, hq, hkv, sq, skv, d = key.batch, key.heads_q, key.heads_kv, key.seqlen_q, key.seqlen_kv, key.head_dim
         q_dim, kv_dim, stats_dim = (b, hq, sq, d), (b, hkv, skv, d), (b, hq, sq, 1)
+        # v, o, dO and dV are dv wide; with dv == d they are kv_dim and q_dim, as they always were.
+        d_v = key.value_dim
+        v_dim, o_dim = (b, hkv, skv, d_v), (b, hq, sq, d_v)
+        # Ragged offsets of v and of o/dO: their own where dv differs, else k's and q's.
+        v_off, o_off = ("v", "o") if key.head_dim_v is not None else ("kv", "q")
         self.t: dict[str, Any] = {}
         self.aux: dict[str, torch.Tensor] = {}
 
@@ -229,7 +244,7 @@ class Graph:
             self.t[name] = g.tensor(name=name, dim=dim, stride=stride, data_type=data_type)
             return self.t[name]
 
-        q, k, v = (tensor(n, dim, st) for n, dim, st in zip("qkv", (q_dim, kv_dim, kv_dim), key.strides))
+        q, k, v = (tensor(n, dim, st) for n, dim, st in zip("qkv", (q_dim, kv_dim, v_dim), key.strides))
         mask = _mask_kwargs(cudnn, key.mask)
         offsets: dict[str, Any] = {}
         if key.ragged:
@@ -238,13 +253,16 @@ class Graph:
             for name in ("seq_len_q", "seq_len_kv"):
                 tensor(name, (b, 1, 1, 1), (1, 1, 1, 1), cudnn.data_type.INT32)
                 self.aux[name] = lengths
-            for name, heads, width in (("q", hq, d), ("kv", hkv, d), ("stats", hq, 1)):
+            widths = [("q", hq, d), ("kv", hkv, d), ("stats", hq, 1)]
+            if key.head_dim_v is not None:
+                widths += [("v", hkv, d_v), ("o", hq, d_v)]
+            for name, heads, width in widths:
                 offsets[name] = tensor(f"{name}_offset", (b + 1, 1, 1, 1), (1, 1, 1, 1), cudnn.data_type.INT64)
                 self.aux[f"{name}_offset"] = torch.tensor(ragged_offsets(key.lengths, heads, width),
                                                           dtype=torch.int64, device=dev).view(-1, 1, 1, 1)
             q.set_ragged_offset(offsets["q"])
             k.set_ragged_offset(offsets["kv"])
-            v.set_ragged_offset(offsets["kv"])
+            v.set_ragged_offset(offsets[v_off])
             mask.update(use_padding_mask=True, seq_len_q=self.t["seq_len_q"], seq_len_kv=self.t["seq_len_kv"])
         # Packed stats are ragged too ((tokens, heads) in memory): padded they would take
         # sequences × longest × heads floats.
@@ -265,20 +283,20 @@ class Graph:
                 self.aux[name] = torch.full((1, 1, 1, 1), value, dtype=torch.float32, device=dev)
             o, stats, _amax_s, amax_o = g.sdpa_fp8(q, k, v, **scales, name="sdpa_fp8", generate_stats=True,
                                                    attn_scale=key.scale, **fp8_mask_kwargs(mask))
-            output(o, "o", q_dim, bshd_strides(sq, hq, d), offsets.get("q"), types[key.o_dtype or key.dtype])
+            output(o, "o", o_dim, bshd_strides(sq, hq, d_v), offsets.get(o_off), types[key.o_dtype or key.dtype])
             output(stats, "stats", stats_dim, stats_stride, offsets.get("stats"), cudnn.data_type.FLOAT)
             output(amax_o, "amax_o", (1, 1, 1, 1), (1, 1, 1, 1), None, cudnn.data_type.FLOAT)
             self.aux["amax_o"] = torch.zeros((1, 1, 1, 1), dtype=torch.float32, device=dev)
         elif not key.backward:
             o, stats = g.sdpa(q, k, v, name="sdpa", generate_stats=True, attn_scale=key.scale, **mask)
-            output(o, "o", q_dim, bshd_strides(sq, hq, d), offsets.get("q"))
+            output(o, "o", o_dim, bshd_strides(sq, hq, d_v), offsets.get(o_off))
             output(stats, "stats", stats_dim, stats_stride, offsets.get("stats"), cudnn.data_type.FLOAT)
         else:
-            o = tensor("o", q_dim, key.strides[3])
-            do = tensor("do", q_dim, key.strides[4])
+            o = tensor("o", o_dim, key.strides[3])
+            do = tensor("do", o_dim, key.strides[4])
             stats = tensor("stats", stats_dim, stats_stride, cudnn.data_type.FLOAT)
             if key.ragged:
-                for t, name in ((o, "q"), (do, "q"), (stats, "stats")):
+                for t, name in ((o, o_off), (do, o_off), (stats, "stats")):
                     t.set_ragged_offset(offsets[name])
                 # Sizes the backward's float32 workspace by the real token count, not b × longest.
                 mask.update(max_total_seq_len_q=sum(key.lengths), max_total_seq_len_kv=sum(key.lengths))
@@ -287,7 +305,7 @@ class Graph:
             dq, dk, dv = g.sdpa_backward(q, k, v, o, do, stats, name="sdpa_backward", attn_scale=key.scale, **mask)
             output(dq, "dq", q_dim, bshd_strides(sq, hq, d), offsets.get("q"))
             output(dk, "dk", kv_dim, bshd_strides(skv, hkv, d), offsets.get("kv"))
-            output(dv, "dv", kv_dim, bshd_strides(skv, hkv, d), offsets.get("kv"))
+            output(dv, "dv", v_dim, bshd_strides(skv, hkv, d_v), offsets.get(v_off))
         try:
             g.validate()
             g.build_operation_graph()
@@ -327,7 +345,8 @@ def _mask_kwargs(cudnn, mask: CudnnMask) -> dict[str, Any]:
 
 def _describe(key: GraphKey) -> str:
     layout = f"THD, {key.batch} sequences ≤ {key.seqlen_q}" if key.ragged else f"b={key.batch}, s={key.seqlen_q}"
-    return (f"{key.dtype}, {layout}, heads {key.heads_q}:{key.heads_kv}, d={key.head_dim}, "
+    dims = f"d={key.head_dim}" if key.head_dim_v is None else f"d={key.head_dim}, d_v={key.head_dim_v}"
+    return (f"{key.dtype}, {layout}, heads {key.heads_q}:{key.heads_kv}, {dims}, "
             f"{key.mask.alignment} band ({key.mask.left_bound}, {key.mask.right_bound})")
 
 
@@ -359,7 +378,8 @@ class Plan:
 
     def forward(self, q, k, v):
         o_dtype = self.fwd.key.o_dtype
-        out = torch.empty_like(q, dtype=getattr(torch, o_dtype) if o_dtype else q.dtype)
+        # (b, s, hq, v's head dim): q's shape when the head dims agree.
+        out = q.new_empty((*q.shape[:-1], v.shape[-1]), dtype=getattr(torch, o_dtype) if o_dtype else q.dtype)
         stats = torch.empty(self.stats_shape, dtype=torch.float32, device=q.device)
         self.fwd.run(self.fwd_workspace, q=q, k=k, v=v, o=out, stats=stats)
         if out.dtype == torch.float8_e4m3fn and not self.calibrated:
@@ -406,6 +426,10 @@ class CudnnFrontend(Kernel):
     libraries = ("nvidia-cudnn-frontend", "cudnn")
     description = "cuDNN SDPA graphs via nvidia-cudnn-frontend: causal, sliding window, THD documents natively"
     devices = ("cuda",)
+    # cuDNN's SDPA takes d_qk ≠ d_v (forward and backward); the graph's v, o, dO and dV are built v's
+    # width (problem_key, Graph).  Not run on a GPU by LongCA yet: the first 192/128 cells are its check
+    # (a graph cuDNN declines is an ``unsupported`` row saying so).
+    takes_head_dim_v = True
     # 16-bit inputs through ``sdpa``; fp8 (e4m3) forward through ``sdpa_fp8``.
     dtypes = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
     fp8_backward_missing = ("cuDNN has one (sdpa_fp8_backward, with fp8 O, dO and their scales); "

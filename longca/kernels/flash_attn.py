@@ -208,6 +208,10 @@ register(FlashAttnPackage("flash_attn2", "flash_attn", "FlashAttention-2 (flash-
                           extensions=("flash_attn_2_cuda",), libraries=("flash-attn",), head_dims=UP_TO_256))
 # FlashAttention-3 takes fp8 (e4m3) q/k/v in its forward (descales default to 1; the output is bf16);
 # it has no fp8 backward.
+# A value head dim of its own (``takes_head_dim_v``, MLA's 192/128): FlashAttention-3 has the
+# (192, 128) kernels only when built with them, and LongCA's build disables them
+# (scripts/build_kernels.sh: FA3_FLAGS HDIMDIFF192=TRUE -> FLASH_ATTENTION_DISABLE_HDIMDIFF192), so every FlashAttention
+# kernel here keeps the default False: an ``unsupported`` row, "takes one head dim for q, k and v".
 FA3 = dict(module="flash_attn_interface", distribution="flash-attention's hopper/ package (flash_attn_3)",
            libraries=("flash-attn-3",), head_dims=UP_TO_256,
            dtypes=(torch.bfloat16, torch.float16, torch.float8_e4m3fn),

@@ -74,6 +74,10 @@ class FlexAttention(Kernel):
     description = "FlexAttention (torch.compile), BlockMask built from the mask's slices"
     dtypes = (torch.float32, torch.bfloat16, torch.float16)
     min_warmup = 1  # the first call of a new shape compiles (backward compiles on its first call)
+    # flex_attention documents value as (B, Hkv, S, Ev) and its output as (B, Hq, L, Ev); it checks
+    # only that q and k agree, and inductor's template has its own V_HEAD_DIM (torch 2.13).  The
+    # adapter passes v as it is.  (flex_block_sparse inherits this: the same call.)
+    takes_head_dim_v = True
     flex_kernel_options: dict[str, Any] | None = None  # FlexAttention's kernel_options (backend choice)
     fullgraph = False
 
@@ -196,6 +200,9 @@ class FlexFlash(FlexAttention):
     # dtypes: flex's.  FA4 takes 16-bit inputs only; a float32 problem is refused by FA4's own check
     # ("inputs must be float16, bfloat16, ...") in prepare, so the row carries the library's reason.
     flex_kernel_options = FLASH_BACKEND
+    # FlashAttention-4's CuTe kernels take a value head dim of their own only in some builds and
+    # architectures (its (192, 128) path): not claimed until a GPU run shows this one does.
+    takes_head_dim_v = False
     # A graph break would run flex_attention eagerly (the unfused math path): never, for this kernel.
     fullgraph = True
 

@@ -74,8 +74,9 @@ _LSE_OPS = {
 class SDPA(Kernel):
     def __init__(self, name: str, backend: SDPBackend | None, description: str, *,
                  devices=("cpu", "cuda"), dense_mask: bool = True, gqa: bool = True,
-                 libraries: tuple[str, ...] = ()):
+                 libraries: tuple[str, ...] = (), takes_head_dim_v: bool = False):
         self.name = name
+        self.takes_head_dim_v = takes_head_dim_v
         self.libraries = libraries
         self.backend = backend
         self.description = description
@@ -123,8 +124,15 @@ class SDPA(Kernel):
         return out.transpose(1, 2)
 
 
-register(SDPA("sdpa_math", SDPBackend.MATH, "SDPA, math backend (unfused reference implementation)"))
-register(SDPA("sdpa", None, "SDPA, backend chosen by PyTorch's dispatcher"))
+# A value head dim other than the query/key one (``takes_head_dim_v``): SDPA documents value as
+# (N, ..., S, Ev) and its output as (N, ..., L, Ev).  The math backend computes it on any device, and
+# the dispatcher (``sdpa``) falls back to a backend that takes it (math at worst); both verified on the
+# CPU (torch 2.13, forward and backward).  The flash backend refuses it ("No available kernel", on
+# the CPU too); the efficient and cuDNN backends are GPU-only here and left unclaimed until a GPU run
+# shows they take it.
+register(SDPA("sdpa_math", SDPBackend.MATH, "SDPA, math backend (unfused reference implementation)",
+              takes_head_dim_v=True))
+register(SDPA("sdpa", None, "SDPA, backend chosen by PyTorch's dispatcher", takes_head_dim_v=True))
 register(SDPA("sdpa_flash", SDPBackend.FLASH_ATTENTION, "SDPA, FlashAttention-2 backend",
               dense_mask=False))
 register(SDPA("sdpa_efficient", SDPBackend.EFFICIENT_ATTENTION, "SDPA, memory-efficient (xFormers) backend",

@@ -43,6 +43,7 @@ _PROBLEM = [
     ("heads_q", pa.int32()),
     ("heads_kv", pa.int32()),
     ("head_dim", pa.int32()),
+    ("head_dim_v", pa.int32()),  # null: head_dim (set only where v's head dim differs)
     ("mask_params", pa.string()),
     ("mask_params_resolved", pa.string()),
     ("seed", pa.int64()),

@@ -211,11 +211,15 @@ def best_kernels(df: pd.DataFrame, masks: list[str] | None = None, tie_margin: f
 
 
 def shape_label(rows: pd.DataFrame, mask: str) -> str:
-    """The shape of ``mask``'s cells as a reader says it, ``64:8 · d128 · batch 1``: from its rows'
+    """The shape of ``mask``'s cells as a reader says it, ``64:8 · d128 · batch 1`` (``128:128 ·
+    d192/128 · batch 1`` with v's own head dim): from its rows'
     columns, else from the mask's mark (a row that could not be read has no shape columns)."""
     known = rows[rows["mask"] == mask].dropna(subset=["heads_q", "heads_kv", "head_dim", "batch"])
     shape = Shape.of(known.iloc[0]) if len(known) else split_shape(mask)[1]
-    return "" if shape is None else f"{shape.heads_q}:{shape.heads_kv} · d{shape.head_dim} · batch {shape.batch}"
+    if shape is None:
+        return ""
+    dims = f"d{shape.head_dim}" if shape.head_dim_v is None else f"d{shape.head_dim}/{shape.head_dim_v}"
+    return f"{shape.heads_q}:{shape.heads_kv} · {dims} · batch {shape.batch}"
 
 
 def model_answers(df: pd.DataFrame, masks: list[str] | None = None, tie_margin: float = 0.0) -> list[dict]:

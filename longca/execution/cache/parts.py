@@ -59,7 +59,8 @@ PARTS: dict[str, Part] = {p.name: p for p in (
 def part_settings(part: str, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The settings ``part`` depends on, from a cell spec's fields (``dataclasses.asdict(spec)``)."""
     names = PROBLEM_SETTINGS + PARTS[part].settings
-    return {name: settings[name] for name in names if name in settings}
+    # settled: an unset (or equal) head_dim_v keys nothing, as before it existed.
+    return problem_settings.settled({name: settings[name] for name in names if name in settings})
 
 
 def part_key(part: str, settings: Mapping[str, Any], fingerprint: str) -> str:

@@ -170,6 +170,8 @@ def run_cell(spec: CellSpec, store: Store | None = None) -> dict[str, Any]:
     row: dict[str, Any] = {"kind": "kernel", **dataclasses.asdict(spec), "status": "error", "reason": None}
     row["mask_params"] = json.dumps(spec.mask_params, sort_keys=True)
     row["kernel_options"] = json.dumps(spec.kernel_options, sort_keys=True)
+    if row["head_dim_v"] == spec.head_dim:  # one head dim, however spelt: None, as the cell's key has it
+        row["head_dim_v"] = None
     device = torch.device(spec.device)
     failure: tuple[str, str] | None = None
     raised = False
@@ -180,7 +182,8 @@ def run_cell(spec: CellSpec, store: Store | None = None) -> dict[str, Any]:
         problem = spec.problem()
         mask = problem.mask
         row.update(area=mask.area(), density=mask.density(),
-                   flops=attention_flops(mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch),
+                   flops=attention_flops(mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch,
+                                         problem.head_dim_v),
                    mask_params_resolved=json.dumps(dict(mask.params), sort_keys=True, default=str))
         reason = (kernel_takes(kernel, mask) or kernel.supports(problem)
                   or _gate_reason(kernel, problem, spec.gate_seqlen))

@@ -281,6 +281,8 @@ def run_cell(spec: CPSpec, on_failure=None) -> dict[str, Any] | None:
     row["mask_params"] = json.dumps(spec.mask_params, sort_keys=True)
     row["strategy_options"] = json.dumps(spec.strategy_options, sort_keys=True)
     row["tokens_per_rank"] = tokens_per_rank(spec.seqlen, spec.cp_size)
+    if row["head_dim_v"] == spec.head_dim:
+        row["head_dim_v"] = None
     row["backend"] = dist.get_backend()
     failure = None
     device = torch.device("cpu")
@@ -291,8 +293,11 @@ def run_cell(spec: CPSpec, on_failure=None) -> dict[str, Any] | None:
         problem = spec.problem(device)
         mask = problem.mask
         row.update(area=mask.area(), density=mask.density(),
-                   flops=attention_flops(mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch),
+                   flops=attention_flops(mask, spec.heads_q, spec.head_dim, spec.direction, spec.batch,
+                                         problem.head_dim_v),
                    mask_params_resolved=json.dumps(dict(mask.params), sort_keys=True, default=str))
+        if problem.split_head_dim:  # the grid's own shape, which CP runs, has one head dim
+            raise Unsupported("CP strategies take one head dim for q, k and v")
         checked = gate_problem(problem, spec.gate_seqlen)
         gate_began = time.time()
         ok, err, tol, detail = correctness_gate(spec, checked)

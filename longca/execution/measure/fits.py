@@ -24,11 +24,11 @@ GIB = 2**30
 def need_bytes(kernel: Kernel, problem: Problem) -> dict[str, int]:
     """What one call of the cell holds at least, by what holds it (bytes)."""
     shape = {"batch": problem.batch, "head_dim": problem.head_dim, "heads_q": problem.heads_q,
-             "heads_kv": problem.heads_kv}
+             "heads_kv": problem.heads_kv, "head_dim_v": problem.value_dim}
     dtype = str(problem.dtype).removeprefix("torch.")
     backward = problem.direction == "bwd"
     element = torch.empty((), dtype=problem.dtype).element_size()
-    per_q = problem.batch * problem.seqlen * problem.heads_q * problem.head_dim * element
+    per_q = problem.batch * problem.seqlen * problem.heads_q * problem.value_dim * element  # the upstream gradient
     return {
         # q, k, v and the output (and their gradients for a backward): config's own count, the one
         # it warns with before a run.

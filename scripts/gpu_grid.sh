@@ -19,7 +19,8 @@ OUTDIR gets: environment.txt (nvidia-smi, library versions), gpu_clocks.csv (SM 
 temperature, utilisation twice a second), overrides.yaml (a copy of FILE), runs.txt (one line per
 call: start, seconds, Snakemake's exit code, cells finished), snakemake.log, and a copy of the
 run's results/ (the cells; the Parquet tables, figures and report once the grid is complete; not
-its compile_cache/).  A partial grid is rendered with scripts/render_results.py.
+its compile_cache/), and the same as one file, results.tar.gz, for a copy that keeps only shallow
+folders or few files.  A partial grid is rendered with scripts/render_results.py.
 
 options:
   --budget-s N      seconds this script may take (default 600, at least 60)
@@ -126,4 +127,7 @@ echo "$started $((SECONDS - t0)) s exit $code kernel cells $cells_before -> $cel
 [ -z "$SMI" ] || kill "$SMI" 2>/dev/null
 # The compilers' caches stay with the run (compiled kernels, not results).
 [ ! -d "$WORK/results" ] || (cd "$WORK" && tar cf - --exclude=results/compile_cache results) | tar xf - -C "$OUTDIR"
+# One file too: a finished cell must not be lost to a copy that keeps only shallow folders (a GPU
+# box's results came back without results/cells/, 16 folders deep, on 2026-11-29).
+[ ! -d "$WORK/results" ] || tar czf "$OUTDIR/results.tar.gz" -C "$WORK" --exclude=results/compile_cache results
 echo "gpu_grid.sh: $((SECONDS - t0)) s, snakemake exit $code, kernel cells $cells_before -> $cells_after; in $OUTDIR"

@@ -4,6 +4,7 @@ killed at the budget leaves."""
 
 import re
 import subprocess
+import tarfile
 
 import pytest
 from snakemake_run import REPO, run_script
@@ -57,6 +58,9 @@ def test_dry_run_plans_the_gpu_grid_with_the_overrides_and_records_the_call(tmp_
     # The run's results are copied out, the compilers' caches are not (and stay with the run).
     assert (out / "results" / "store" / "time" / "ab" / "ab.json").exists()
     assert not (out / "results" / "compile_cache").exists()
+    with tarfile.open(out / "results.tar.gz") as archive:  # and the same as one file
+        names = archive.getnames()
+    assert "results/store/time/ab/ab.json" in names and not any("compile_cache" in n for n in names)
     assert (work / "results" / "compile_cache" / "triton" / "x" / "kernel.cubin").exists()
 
 

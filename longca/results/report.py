@@ -122,7 +122,7 @@ KERNEL_COLUMNS = [
     Column("peak_mem_bytes", "peak MiB", fmt_mib, "peak allocated device memory (GPU only)", True),
     Column("area", "area", fmt_number, "attended (query, key) pairs of the mask", True),
     Column("density", "density", fmt_number, "area / seqlen²", True),
-    Column("flops", "FLOPs", fmt_number, "4 · area · heads_q · head_dim · batch (× 2.5 backward)", True),
+    Column("flops", "FLOPs", fmt_number, "2 · area · heads_q · (d_qk + d_v) · batch, i.e. 4 · area · heads_q · head_dim · batch where v has the same head dim (backward: 2 · area · heads_q · (3 d_qk + 2 d_v) · batch, × 2.5)", True),
     Column("gate_error", "gate error", fmt_number, "worst relative L2 error vs the float64 reference", True),
     Column("gate_tolerance", "gate tol.", fmt_number, numeric=True),
     Column("wall_s", "cell wall s", fmt_number, "wall time of the whole cell (build, gate, timing)", True),

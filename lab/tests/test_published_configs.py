@@ -102,12 +102,12 @@ def _without_images_and_stamp(html: str) -> str:
 # below): a change to the report's code re-publishes these digests, as it re-rendered the committed
 # reports before.
 PUBLISHED_REPORTS = {
-    "h100_2026-11-23": (3360, 288, "6c9d4a71646557f3ddde7d8e0fd5b79f33858a3052060d81329104503ec6026e"),
-    "h200_2026-11-23": (3360, 0, "620df1aad0358b4b13f04d286c578ebd89fc24fc18a4a0f066bf970b940a8496"),
-    "sparse_h100_2026-11-27": (470, 0, "f2826d8acf1780f0ab6c9d8af2a5994bc0a7569fb91529851e0bb1d62dd5d615"),
-    "sparse_h200_2026-11-27": (484, 0, "b355407ba973175c04adff2a767051ef405ca9ede258727ce09794871de27449"),
-    "sparse_variable_2026-11-28/h100": (200, 0, "e1bbd6d8f3071a334703a9e3fd895e8bbec86db3dd21434d450434b00d817c9d"),
-    "sparse_variable_2026-11-28/h200": (200, 0, "7dbc9c53806a91cf0e93d5954ce15bef6e546505accfdfaed8c35fdbe93fc3c2"),
+    "h100_2026-11-23": (3360, 288, "bd77735e9b9c99ac101e494464dd47c34f3cded1175a73ccbaf600564aecea08"),
+    "h200_2026-11-23": (3360, 0, "5f551744eb74fc74e947b5a2526c60676f29eb0031b915c622470e71f34f19f5"),
+    "sparse_h100_2026-11-27": (470, 0, "c547f6f692d0a53b0f5368dd54205b42fd367311293694d531717419976296cc"),
+    "sparse_h200_2026-11-27": (484, 0, "b34ed74b0623405413cdec692a5e1b114ec7c2f4e226b6d32dd75a461fa3cfba"),
+    "sparse_variable_2026-11-28/h100": (200, 0, "76c1f2d727ba1cb4981cacb91f5e575adac979a62044355e878b544b8da67fac"),
+    "sparse_variable_2026-11-28/h200": (200, 0, "21d7e6a6c22a3fd4a2a854d141f083bcdfe8fe4b9b341b9b68e78455c0212895"),
 }
 
 

@@ -140,8 +140,8 @@ def test_profile_runs_grid_on_slurm_and_resubmits_only_lost_cells(cluster, tmp_p
     # Cancel the kernel-cell job once one of its two cells (run one after the other) has finished and
     # the other has not: a job killed from outside, not a cell failing.
     cancelled, finished, kernel_jobs, steps, servers = None, [], set(), set(), {}
-    # Under load (two busy cores) the job's start, its worker's torch import and the first cell took
-    # over 240 s once, and the loop gave up before the moment came; it ends when the run does anyway.
+    # Generous for a loaded machine (the job's start and its worker's torch import come first); the
+    # loop ends when the run does anyway.
     deadline = time.time() + 600
     while cancelled is None and time.time() < deadline and run1.poll() is None:
         finished = [c for c in (CAUSAL, FULL) if (work / "results" / "kept" / c.removeprefix("results/cells/")).exists()]

@@ -21,10 +21,14 @@ def test_gpu_config_is_the_paper_scale_grid():
     # Every kernel LongCA has except the unfused reference (its scores alone need ~275 GB at 32K), the
     # block-sparse kernels that run only per-head patterns (config/sparse.yaml's study) and FlashMask
     # (Paddle's: added by `--config kernels=[...]` where a Paddle GPU build is; in the grid it would
-    # leave every published table 448 cells short of complete).
+    # leave every published table 448 cells short of complete), and the deterministic-backward variants
+    # (a comparison with their default kernel, measured beside it: fp8_deterministic_h200_2026-11-29's
+    # stage; in the grid they would add a backward per cell of two kernels to every table).
     per_head_only = {n for n in kernels.names() if getattr(kernels.get(n), "head_masks", False)}
     assert per_head_only == {"ffa_block_sparse", "flex_block_sparse", "vsa_triton", "vsa_cuda", "flashinfer_block_sparse"}
-    assert set(cfg["kernels"]) == set(kernels.names()) - {"sdpa_math", "flashmask"} - per_head_only - {
+    variants = {n for n in kernels.names() if kernels.get(n).deterministic}
+    assert variants == {"flash_attn3_deterministic", "cudnn_fe_deterministic"}
+    assert set(cfg["kernels"]) == set(kernels.names()) - {"sdpa_math", "flashmask"} - per_head_only - variants - {
         n for n in kernels.names() if n.startswith("test_")}
     assert {e.name for e in config.mask_entries(cfg)} == set(masks.PATTERNS)
     assert min(cfg["seqlens"]) == 1024 and max(cfg["seqlens"]) >= 32768

@@ -103,9 +103,9 @@ def _timed_inputs(strategy, problem: Problem, seed: int):
     the global tensors they are drawn from, which are freed on return: a timed step's peak then holds
     what a training step's rank holds, not the whole sequence besides (rows record it:
     ``inputs_held``; rows measured before held the global tensors, ``cp_size`` shards of each)."""
-    q, k, v, grad_out = problem.make_inputs(requires_grad=False, seed=seed)
-    local = [strategy.dispatch(t).clone().requires_grad_(True) for t in (q, k, v)]
-    return local, strategy.dispatch(grad_out).clone()
+    _, local, dout = _local_inputs(strategy, problem, seed)
+    # Copies: a shard may be a view, which keeps its global tensor alive.
+    return [t.detach().clone().requires_grad_(True) for t in local], dout.clone()
 
 
 # What a timed step's rank holds of the inputs (a row's ``inputs_held``).

@@ -19,10 +19,27 @@ MEMORY_MIB: dict[str, int] = {
 }
 
 
+# Model -> its streaming multiprocessors' architecture and count (what its dense tensor-core peak is
+# made of: longca.results.peak).  The PCIe H100 has fewer SMs than the SXM one under the same model.
+SMS: dict[str, tuple[str, int]] = {
+    "H100": ("sm_90", 132),       # SXM and NVL
+    "H100 PCIE": ("sm_90", 114),
+    "H200": ("sm_90", 132),
+}
+
+
 def model_of(device_name: str) -> str | None:
     """The model a ``device_name`` column names ("NVIDIA H200" -> "H200"), if known."""
     words = str(device_name).upper().replace("-", " ").split()
     return next((m for m in MEMORY_MIB if m in words), None)
+
+
+def sms_of(device_name: str | None) -> tuple[str, int] | None:
+    """``(architecture, SMs)`` of the model a ``device_name`` names, if known."""
+    model = model_of(device_name) if device_name else None
+    if model and f"{model} PCIE" in SMS and "PCIE" in str(device_name).upper().split():
+        model = f"{model} PCIE"
+    return SMS.get(model) if model else None
 
 
 def memory_bytes(name: str) -> int | None:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import gpus
+
 # Dense tensor-core FLOPs per clock per SM (no sparsity), by architecture and input dtype: Hopper's
 # 4th-generation tensor cores do 1,024 dense bf16/fp16 FMAs (2,048 FLOPs) per clock per tensor core,
 # four per SM; fp8 twice that (NVIDIA's H100 whitepaper: 989.4 / 1,978.9 TFLOP/s at 1,830 MHz on
@@ -24,13 +26,6 @@ FLOPS_PER_CLOCK_PER_SM = {
     "sm_90": {"bfloat16": 4096, "float16": 4096, "float8_e4m3fn": 8192},
 }
 
-# (what the device name contains, architecture, SMs), most specific first.
-GPUS = (
-    ("H100 PCIe", "sm_90", 114),
-    ("H100", "sm_90", 132),     # SXM (80GB HBM3) and NVL
-    ("H200", "sm_90", 132),
-)
-
 # A sample counts only while the GPU was busy: right after a call an idle GPU still reports its top
 # clock (1,980 MHz at 0 % utilisation on the H200), which no timed call ran at.
 BUSY_PCT = 50.0
@@ -38,17 +33,10 @@ BUSY_PCT = 50.0
 SLACK = timedelta(seconds=1)
 
 
-def gpu(device_name: str | None) -> tuple[str, int] | None:
-    """``(architecture, SMs)`` of a device name nvidia-smi or torch reports, or None if unknown."""
-    for marker, arch, sms in GPUS:
-        if device_name and marker in device_name:
-            return arch, sms
-    return None
-
-
 def peak_tflops(device_name: str | None, dtype: str, clock_mhz: float) -> float | None:
-    """The dense tensor-core peak of ``device_name`` for ``dtype`` inputs at ``clock_mhz``."""
-    known = gpu(device_name)
+    """The dense tensor-core peak of ``device_name`` for ``dtype`` inputs at ``clock_mhz`` (its SMs:
+    ``gpus.SMS``)."""
+    known = gpus.sms_of(device_name)
     rate = FLOPS_PER_CLOCK_PER_SM.get(known[0], {}).get(dtype) if known else None
     if rate is None:
         return None

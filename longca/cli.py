@@ -286,14 +286,15 @@ def _table(path: str, kind: str, columns: tuple[str, ...]):
 def _exposed_lines(exposed) -> list[str]:
     """The fitted table's measured exposed communication (config ``cp_exposed_comm``) beside the
     model's, one line per row; nothing where the table measured none."""
+    import pandas as pd
+
     if not len(exposed):
         return []
     lines = ["# measured, the fitted table's rows (cp_exposed_comm: the step less the same step with local "
              "copies for collectives) beside the model's; a measured value within its spread is a tie with 0",
              "strategy      cp  mask            dir  tokens/GPU  measured ms  spread ms  model ms"]
     for r in exposed.itertuples():
-        model = "-" if r.predicted_exposed_comm_ms is None or r.predicted_exposed_comm_ms != r.predicted_exposed_comm_ms \
-            else f"{r.predicted_exposed_comm_ms:8.3f}"
+        model = "-" if pd.isna(r.predicted_exposed_comm_ms) else f"{r.predicted_exposed_comm_ms:8.3f}"
         lines.append(f"{r.strategy:12s} {r.cp_size:3d}  {r.mask:14s}  {r.direction:3s}  {r.tokens_per_rank:10d}  "
                      f"{r.measured_exposed_comm_ms:11.3f}  {r.spread_ms:9.3f}  {model}" + (f"  ({r.why})" if model == "-" and r.why else ""))
     return lines

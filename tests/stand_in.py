@@ -5,7 +5,10 @@ library's documented semantics in plain torch (the tests that use them say how).
 import sys
 import types
 
+import torch
+
 from longca import kernels
+from longca.attention import reference
 from longca.attention.problem import Problem
 from longca.spec import ProblemSpec
 
@@ -45,3 +48,14 @@ def head_block_problem(block: int, variable_unit: int | None = None, **over):
     spec = dict(mask="sparse", pattern=pattern, seqlen=512, dtype="float64", batch=1, heads_q=4, heads_kv=2,
                 head_dim=8, mask_params=params)
     return Problem.from_spec(ProblemSpec(**{**spec, **over}))
+
+
+def assert_matches_reference(out, q, k, v, grad_out, mask, backward: bool = True) -> None:
+    """A stand-in's output, and with ``backward`` its gradients, equal the float64 reference's on
+    ``mask`` (the stand-ins compute in float64: only summation order differs)."""
+    ref = reference.attention(q, k, v, mask)
+    assert torch.allclose(out, ref, atol=1e-10)
+    if backward:
+        grads = torch.autograd.grad(out, (q, k, v), grad_out)
+        ref_grads = torch.autograd.grad(ref, (q, k, v), grad_out)
+        assert all(torch.allclose(g, r, atol=1e-9) for g, r in zip(grads, ref_grads))

@@ -77,13 +77,6 @@ def test_an_unknown_preset_fails_before_any_rank_starts(tmp_path, monkeypatch):
     assert not (tmp_path / "rank.json").exists()
 
 
-def _cell(**over):
-    settings = {"strategy": "ring", "mask": "causal", "seqlen": 256, "cp_size": 2, "heads_q": 4, "heads_kv": 2,
-                "head_dim": 16, "gate_seqlen": 128, "reps": 2, "warmup": 0, "device": "cpu",
-                "strategy_options": {"local_kernel": "sdpa_math"}}
-    return {**settings, **over}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("isolation", ["fork", "worker"])
 def test_ranks_under_real_torchrun_see_the_preset_and_the_row_records_what_they_saw(tmp_path, monkeypatch, isolation):
@@ -99,7 +92,7 @@ def test_ranks_under_real_torchrun_see_the_preset_and_the_row_records_what_they_
     monkeypatch.setenv("LONGCA_TEST_GROUP", str(tmp_path))  # groups of this test's own (worker key)
     rows = {}
     for preset in ("overlap", "default"):
-        cfg = _cell(**cp_env.settings_entry(preset))
+        cfg = tiny.cp_cell(**cp_env.settings_entry(preset))
         rows[preset] = run(cfg, str(tmp_path / f"{preset}.json"), cell_id=f"ring/{preset}", timeout_s=240, threads=2,
                            isolation=isolation)
         assert rows[preset]["status"] == "ok", rows[preset].get("reason")

@@ -12,9 +12,9 @@ import sys
 import numpy as np
 import pytest
 import torch
-from stand_in import fresh_adapter, install_library
+from stand_in import assert_matches_reference, fresh_adapter, install_library
 
-from longca.attention import masks, reference
+from longca.attention import masks
 from longca.attention.flashmask import FlashMaskIndices, flashmask_dense, to_flashmask
 from longca.attention.problem import Problem, ProblemSpec
 from longca.execution.measure.cell import CellSpec, run_cell
@@ -76,12 +76,7 @@ def test_the_adapter_through_a_stand_in_binding_is_exact_attention_with_gqa(bind
     q, k, v, grad_out = problem.make_inputs(requires_grad=True)
     out = binding.forward(q, k, v, prepared)
     assert CALLS == [((2, 1, 192, prepared["indices_per_column"]), prepared["causal"])]  # one call per cell
-    expected = reference.attention(q, k, v, problem.mask)
-    assert torch.allclose(out, expected, atol=1e-10)
-    if direction == "bwd":
-        got = torch.autograd.grad(out, (q, k, v), grad_out)
-        want = torch.autograd.grad(expected, (q, k, v), grad_out)
-        assert all(torch.allclose(a, b, atol=1e-9) for a, b in zip(got, want))
+    assert_matches_reference(out, q, k, v, grad_out, problem.mask, backward=direction == "bwd")
 
 
 def test_the_binding_is_bf16_only_and_its_rows_say_so(binding, monkeypatch):

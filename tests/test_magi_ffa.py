@@ -6,9 +6,9 @@ without the library the cell is `unsupported`, saying so."""
 
 import pytest
 import torch
-from stand_in import fresh_adapter, install_library
+from stand_in import assert_matches_reference, fresh_adapter, install_library
 
-from longca.attention import mask_convert, masks, reference
+from longca.attention import mask_convert, masks
 from longca.attention.problem import Problem, ProblemSpec
 from longca.execution.measure.cell import CellSpec, run_cell
 from longca.execution.measure.gate import gate_problem
@@ -84,11 +84,7 @@ def test_the_adapter_calls_ffa_with_packed_tokens_and_gets_exact_attention(ffa_l
     assert problem.mask.slices == mask.slices
     q, k, v, grad_out = problem.make_inputs(requires_grad=True)
     out = ffa_library.forward(q, k, v, ffa_library.prepare(problem))
-    ref = reference.attention(q, k, v, problem.mask)
-    assert torch.allclose(out, ref, atol=1e-10)
-    grads = torch.autograd.grad(out, (q, k, v), grad_out)
-    ref_grads = torch.autograd.grad(ref, (q, k, v), grad_out)
-    assert all(torch.allclose(g, r, atol=1e-9) for g, r in zip(grads, ref_grads))
+    assert_matches_reference(out, q, k, v, grad_out, problem.mask)
 
 
 def test_without_the_library_a_cell_is_unsupported_and_says_what_to_install():
@@ -109,11 +105,7 @@ def test_ffa_block_sparse_runs_each_kv_heads_tiles_as_its_own_stretch_of_tokens(
     assert prepared["ranges"] == 2 * len(problem.mask.runs()[0])
     q, k, v, grad_out = problem.make_inputs(requires_grad=True)
     out = kernel.forward(q, k, v, prepared)
-    ref = reference.attention(q, k, v, problem.mask)
-    assert torch.allclose(out, ref, atol=1e-10)
-    grads = torch.autograd.grad(out, (q, k, v), grad_out)
-    ref_grads = torch.autograd.grad(ref, (q, k, v), grad_out)
-    assert all(torch.allclose(g, r, atol=1e-9) for g, r in zip(grads, ref_grads))
+    assert_matches_reference(out, q, k, v, grad_out, problem.mask)
     # The pattern really differs per head, so a kernel applying one head's tiles to all would fail.
     tables = problem.mask.kept_blocks
     assert not (tables[0] == tables[1]).all()

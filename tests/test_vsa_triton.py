@@ -8,9 +8,8 @@ import itertools
 
 import pytest
 import torch
-from stand_in import fresh_adapter, head_block_problem, install_library
+from stand_in import assert_matches_reference, fresh_adapter, head_block_problem, install_library
 
-from longca.attention import reference
 from longca.attention.problem import Problem, ProblemSpec
 from longca.execution.measure.cell import CellSpec, run_cell
 
@@ -48,11 +47,7 @@ def test_each_query_heads_kept_tiles_reach_vsa_and_give_exact_attention(vsa, blo
     assert prepared["q2k_idx"].shape[:3] == (1, 4, 512 // TILE) and prepared["kv_expanded"] is True
     q, k, v, grad_out = problem.make_inputs(requires_grad=True)
     out = vsa.forward(q, k, v, prepared)
-    ref = reference.attention(q, k, v, problem.mask)
-    assert torch.allclose(out, ref, atol=1e-10)
-    grads = torch.autograd.grad(out, (q, k, v), grad_out)
-    ref_grads = torch.autograd.grad(ref, (q, k, v), grad_out)
-    assert all(torch.allclose(g, r, atol=1e-9) for g, r in zip(grads, ref_grads))
+    assert_matches_reference(out, q, k, v, grad_out, problem.mask)
 
 
 def test_blocks_vsa_cannot_tile_and_other_masks_are_refused(vsa):
